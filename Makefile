@@ -1,0 +1,31 @@
+# Everything runs in a local virtual environment created on first use.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+DATA ?= ./data
+PORT ?= 9092
+
+.PHONY: run test check bench clean
+
+$(VENV)/.installed: pyproject.toml $(wildcard setup.py)
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test,dev]'
+	touch $@
+
+run: $(VENV)/.installed
+	$(PY) -m broker --override listeners=PLAINTEXT://127.0.0.1:$(PORT) --override log.dirs=$(DATA)
+
+test: $(VENV)/.installed
+	$(PY) -m pytest -q -p no:cacheprovider
+
+check: $(VENV)/.installed
+	$(VENV)/bin/ruff check protocol broker tests bench
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+
+bench: $(VENV)/.installed
+	$(PY) bench/run_all.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info protocol/*.so

@@ -1,0 +1,1 @@
+"""A Kafka-compatible broker: server, APIs, coordinators and the storage engine."""

@@ -1,0 +1,239 @@
+"""Broker configuration: Kafka's property names, types, defaults and validation.
+
+Configuration comes from a Java-style properties file and `--override key=value` options; every
+property has Kafka's name and, unless noted, Kafka's default. `BrokerConfig` exposes typed values
+and `describe()` gives what DescribeConfigs reports (value, source, default flag).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from protocol.errors import ErrorCode, KafkaError
+
+LONG_MAX = 9223372036854775807
+INT_MAX = 2147483647
+
+
+@dataclass(frozen=True)
+class Prop:
+    name: str
+    type: str  # string, int, long, double, boolean, list, class, password
+    default: Any
+    doc: str
+    read_only: bool = True
+    sensitive: bool = False
+
+
+_PROPS: list[Prop] = [
+    # network and identity
+    Prop("listeners", "list", "PLAINTEXT://:9092", "Comma-separated listener URIs the broker binds to."),
+    Prop("advertised.listeners", "list", None, "Listeners given to clients in Metadata; defaults to `listeners`."),
+    Prop("node.id", "int", 1, "Id of this broker (Kafka has no default; 1 here)."),
+    Prop("broker.id", "int", -1, "Alias of node.id kept for older configurations."),
+    Prop("cluster.id", "string", None, "Cluster id; generated once and kept in meta.properties when unset."),
+    Prop("broker.rack", "string", None, "Rack of the broker, reported in Metadata."),
+    Prop("socket.request.max.bytes", "int", 104857600, "Largest request frame accepted; larger closes the connection."),
+    Prop("connections.max.idle.ms", "long", 600000, "Idle connections are closed after this many ms."),
+    # logs
+    Prop("log.dirs", "list", None, "Directories holding partition logs (falls back to log.dir)."),
+    Prop("log.dir", "string", "/tmp/kafka-logs", "Directory holding partition logs when log.dirs is unset."),
+    Prop("num.partitions", "int", 1, "Partitions of an auto-created topic or of CreateTopics with -1.", False),
+    Prop("default.replication.factor", "int", 1, "Replication factor of auto-created topics.", False),
+    Prop("auto.create.topics.enable", "boolean", True, "Create unknown topics on Metadata requests."),
+    Prop("delete.topic.enable", "boolean", True, "Allow DeleteTopics."),
+    Prop("message.max.bytes", "int", 1048588, "Largest record batch accepted (topic: max.message.bytes).", False),
+    Prop("log.segment.bytes", "int", 1073741824, "Segment size (topic: segment.bytes).", False),
+    Prop("log.roll.ms", "long", None, "Segment age before a roll (topic: segment.ms).", False),
+    Prop("log.roll.hours", "int", 168, "Segment age in hours when log.roll.ms is unset."),
+    Prop("log.retention.ms", "long", None, "Retention by time (topic: retention.ms); -1 keeps forever.", False),
+    Prop("log.retention.minutes", "int", None, "Retention in minutes when log.retention.ms is unset."),
+    Prop("log.retention.hours", "int", 168, "Retention in hours when ms and minutes are unset."),
+    Prop("log.retention.bytes", "long", -1, "Retention by size per partition (topic: retention.bytes).", False),
+    Prop("log.retention.check.interval.ms", "long", 300000, "How often retention runs."),
+    Prop("log.cleanup.policy", "list", "delete", "delete, compact or both (topic: cleanup.policy).", False),
+    Prop("log.cleaner.enable", "boolean", True, "Run the log cleaner for compacted topics."),
+    Prop("log.cleaner.backoff.ms", "long", 15000, "Sleep between cleaner runs when there is nothing to clean."),
+    Prop("log.cleaner.delete.retention.ms", "long", 86400000, "Tombstone retention (topic: delete.retention.ms).", False),
+    Prop("log.cleaner.min.cleanable.ratio", "double", 0.5, "Dirty ratio that triggers cleaning.", False),
+    Prop("log.cleaner.min.compaction.lag.ms", "long", 0, "Minimum age before compaction.", False),
+    Prop("log.cleaner.max.compaction.lag.ms", "long", LONG_MAX, "Maximum age before compaction.", False),
+    Prop("log.index.interval.bytes", "int", 4096, "Bytes between offset index entries.", False),
+    Prop("log.index.size.max.bytes", "int", 10485760, "Size of an offset index file.", False),
+    Prop("log.flush.interval.messages", "long", LONG_MAX, "Messages between fsyncs (topic: flush.messages).", False),
+    Prop("log.flush.interval.ms", "long", None, "Ms between fsyncs (topic: flush.ms).", False),
+    Prop("log.flush.scheduler.interval.ms", "long", LONG_MAX, "How often the flusher checks flush.ms."),
+    Prop("log.flush.offset.checkpoint.interval.ms", "int", 60000, "How often the recovery point is checkpointed."),
+    Prop("log.flush.start.offset.checkpoint.interval.ms", "int", 60000, "How often log start offsets are written."),
+    Prop("log.segment.delete.delay.ms", "long", 60000, "Delay before a deleted segment's files are removed.", False),
+    Prop("log.message.timestamp.type", "string", "CreateTime", "CreateTime or LogAppendTime.", False),
+    Prop("log.message.timestamp.before.max.ms", "long", LONG_MAX, "Allowed age of a CreateTime timestamp.", False),
+    Prop("log.message.timestamp.after.max.ms", "long", 3600000, "Allowed future skew of a timestamp.", False),
+    Prop("log.preallocate", "boolean", False, "Preallocate segment files.", False),
+    Prop("compression.type", "string", "producer", "Compression of stored batches; producer keeps theirs.", False),
+    # coordinators
+    Prop("offsets.topic.num.partitions", "int", 50, "Partitions of __consumer_offsets."),
+    Prop("offsets.topic.replication.factor", "short", 1, "Replication factor of __consumer_offsets (Kafka: 3)."),
+    Prop("offsets.topic.segment.bytes", "int", 104857600, "Segment size of __consumer_offsets."),
+    Prop("offsets.retention.minutes", "int", 10080, "Retention of committed offsets of empty groups."),
+    Prop("offsets.retention.check.interval.ms", "long", 600000, "How often expired offsets are swept."),
+    Prop("offset.metadata.max.bytes", "int", 4096, "Largest metadata string of a committed offset."),
+    Prop("group.initial.rebalance.delay.ms", "int", 3000, "Delay of the first rebalance of a new group."),
+    Prop("group.min.session.timeout.ms", "int", 6000, "Smallest session timeout a member may ask for."),
+    Prop("group.max.session.timeout.ms", "int", 1800000, "Largest session timeout a member may ask for."),
+    Prop("group.max.size", "int", INT_MAX, "Largest number of members of a classic group."),
+    Prop("transaction.state.log.num.partitions", "int", 50, "Partitions of __transaction_state."),
+    Prop("transactional.id.expiration.ms", "int", 604800000, "Expiry of idle transactional ids."),
+    Prop("transaction.max.timeout.ms", "int", 900000, "Largest transaction timeout."),
+    Prop("producer.id.expiration.ms", "int", 86400000, "Expiry of idle idempotent producer state."),
+    # operations
+    Prop("metrics.port", "int", -1, "Port of the Prometheus /metrics endpoint; -1 disables it (not in Kafka)."),
+    Prop("log.format", "string", "console", "console (key=value) or json log lines (not in Kafka)."),
+    Prop("log.level", "string", "INFO", "DEBUG logs every request (not in Kafka)."),
+]
+
+PROPS: dict[str, Prop] = {p.name: p for p in _PROPS}
+
+
+def _parse(prop: Prop, raw: Any) -> Any:
+    if raw is None:
+        return None
+    if not isinstance(raw, str):
+        return raw
+    text = raw.strip()
+    try:
+        if prop.type in ("int", "long", "short"):
+            return int(text)
+        if prop.type == "double":
+            return float(text)
+        if prop.type == "boolean":
+            if text.lower() not in ("true", "false"):
+                raise ValueError(text)
+            return text.lower() == "true"
+        if prop.type == "list":
+            return [x.strip() for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise KafkaError(ErrorCode.INVALID_CONFIG, "Invalid value %s for configuration %s" % (raw, prop.name)) from None
+    return text
+
+
+def read_properties(path: str | Path) -> dict[str, str]:
+    """Java properties files: key=value or key: value, # and ! comments, backslash continuations."""
+    out: dict[str, str] = {}
+    pending = ""
+    for raw in Path(path).read_text().splitlines():
+        line = pending + raw.strip()
+        pending = ""
+        if not line or line[0] in "#!":
+            continue
+        if line.endswith("\\"):
+            pending = line[:-1]
+            continue
+        for i, ch in enumerate(line):
+            if ch in "=:":
+                out[line[:i].strip()] = line[i + 1 :].strip()
+                break
+        else:
+            out[line] = ""
+    return out
+
+
+@dataclass(frozen=True)
+class Listener:
+    name: str
+    host: str
+    port: int
+
+
+def parse_listener(uri: str) -> Listener:
+    name, _, rest = uri.partition("://")
+    host, _, port = rest.rpartition(":")
+    if not port.isdigit():
+        raise KafkaError(ErrorCode.INVALID_CONFIG, "Invalid listener %r" % uri)
+    return Listener(name or "PLAINTEXT", host.strip("[]"), int(port))
+
+
+class BrokerConfig:
+    """Typed broker configuration; `values` holds only what was set explicitly."""
+
+    def __init__(self, values: Mapping[str, Any] | None = None) -> None:
+        self.values: dict[str, Any] = {}
+        self.dynamic: dict[str, Any] = {}
+        for key, raw in (values or {}).items():
+            prop = PROPS.get(key)
+            self.values[key] = _parse(prop, raw) if prop else raw
+
+    @classmethod
+    def load(cls, path: str | Path | None = None, overrides: Iterable[str] = ()) -> BrokerConfig:
+        values: dict[str, Any] = dict(read_properties(path)) if path else {}
+        for item in overrides:
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise ValueError("--override expects key=value, got %r" % item)
+            values[key.strip()] = value.strip()
+        return cls(values)
+
+    def get(self, name: str) -> Any:
+        if name in self.dynamic:
+            return self.dynamic[name]
+        if name in self.values:
+            return self.values[name]
+        prop = PROPS.get(name)
+        return prop.default if prop else None
+
+    def is_default(self, name: str) -> bool:
+        return name not in self.values and name not in self.dynamic
+
+    def __getitem__(self, name: str) -> Any:
+        return self.get(name)
+
+    # derived values, resolved the way Kafka resolves its fallbacks ---------------------------
+    @property
+    def node_id(self) -> int:
+        node = self.get("node.id")
+        broker = self.get("broker.id")
+        return broker if self.is_default("node.id") and broker >= 0 else node
+
+    @property
+    def log_dirs(self) -> list[str]:
+        dirs = self.get("log.dirs")
+        return list(dirs) if dirs else [self.get("log.dir")]
+
+    @property
+    def listeners(self) -> list[Listener]:
+        return [parse_listener(u) for u in self.get("listeners")]
+
+    @property
+    def advertised_listeners(self) -> list[Listener]:
+        adv = self.get("advertised.listeners")
+        return [parse_listener(u) for u in adv] if adv else self.listeners
+
+    @property
+    def log_retention_ms(self) -> int:
+        if self.get("log.retention.ms") is not None:
+            return int(self.get("log.retention.ms"))
+        if self.get("log.retention.minutes") is not None:
+            return int(self.get("log.retention.minutes")) * 60_000
+        return int(self.get("log.retention.hours")) * 3_600_000
+
+    @property
+    def log_roll_ms(self) -> int:
+        if self.get("log.roll.ms") is not None:
+            return int(self.get("log.roll.ms"))
+        return int(self.get("log.roll.hours")) * 3_600_000
+
+    @property
+    def log_flush_interval_ms(self) -> int:
+        value = self.get("log.flush.interval.ms")
+        return int(value) if value is not None else int(self.get("log.flush.scheduler.interval.ms"))
+
+
+def help_text() -> str:
+    lines = ["Configuration properties (set in the properties file or with --override key=value):", ""]
+    for p in _PROPS:
+        default = "null" if p.default is None else (",".join(p.default) if isinstance(p.default, list) else p.default)
+        lines.append("  %-44s %s (default: %s)" % (p.name, p.doc, default))
+    return "\n".join(lines)

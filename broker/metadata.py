@@ -1,0 +1,251 @@
+"""Cluster metadata: topics, partitions, topic ids and dynamic configs, kept as a replayed log.
+
+Every change is a KRaft metadata record (TopicRecord, PartitionRecord, ConfigRecord,
+RemoveTopicRecord, ProducerIdsRecord) framed as Kafka frames them in `__cluster_metadata`
+(unsigned varints frame version, api key, record version, then the record). `MetadataImage`
+is the state built by replay; `MetadataStore` validates a change, makes its records durable
+through the injected log and only then replays them, so what is acknowledged survives a crash.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from protocol import messages as M
+from protocol.errors import ErrorCode, KafkaError
+from protocol.primitives import encode_uvarint, read_uvarint
+
+FRAME_VERSION = 1
+INTERNAL_TOPICS = frozenset(["__consumer_offsets", "__transaction_state", "__share_group_state"])
+MAX_TOPIC_NAME = 249
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+PRODUCER_ID_BLOCK = 1000
+
+_RECORD_CLASSES = {
+    c.spec.api_key: c.root_class
+    for name, c in M.CODECS.items()
+    if c.spec.type == "metadata" and c.spec.api_key is not None
+}
+
+
+def encode_record(record: Any, version: int = 0) -> bytes:
+    codec = M.codec_of(record)
+    assert codec.spec.api_key is not None
+    head = encode_uvarint(FRAME_VERSION) + encode_uvarint(codec.spec.api_key) + encode_uvarint(version)
+    return head + M.encode(record, version)
+
+
+def decode_record(data: bytes) -> Any:
+    _frame, pos = read_uvarint(data, 0)
+    api_key, pos = read_uvarint(data, pos)
+    version, pos = read_uvarint(data, pos)
+    cls = _RECORD_CLASSES.get(api_key)
+    if cls is None:
+        return None  # a record type this broker does not use: skipped, as a newer log may hold them
+    return M.decode(cls, version, memoryview(data)[pos:])
+
+
+def validate_topic_name(name: str) -> None:
+    """Kafka's rules for topic names (INVALID_TOPIC_EXCEPTION when broken)."""
+    if not name:
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name is illegal, it can't be empty")
+    if name in (".", ".."):
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name cannot be \".\" or \"..\"")
+    if len(name) > MAX_TOPIC_NAME:
+        raise KafkaError(
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
+            "Topic name is illegal, it can't be longer than %d characters, topic name: %s" % (MAX_TOPIC_NAME, name),
+        )
+    if not _LEGAL_TOPIC.match(name):
+        raise KafkaError(
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
+            "Topic name %s is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'"
+            % name,
+        )
+
+
+@dataclass
+class TopicInfo:
+    name: str
+    topic_id: uuid.UUID
+    partitions: int = 0
+    configs: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def internal(self) -> bool:
+        return self.name in INTERNAL_TOPICS
+
+
+class MetadataImage:
+    """The state replayed from metadata records; changed only by `replay`."""
+
+    def __init__(self) -> None:
+        self.topics: dict[str, TopicInfo] = {}
+        self.topics_by_id: dict[uuid.UUID, TopicInfo] = {}
+        self.broker_configs: dict[str, str] = {}
+        self.next_producer_id = 0
+
+    def replay(self, record: Any) -> None:
+        if isinstance(record, M.TopicRecord):
+            info = TopicInfo(record.name, record.topic_id)
+            self.topics[info.name] = info
+            self.topics_by_id[info.topic_id] = info
+        elif isinstance(record, M.PartitionRecord):
+            topic = self.topics_by_id.get(record.topic_id)
+            if topic is not None:
+                topic.partitions = max(topic.partitions, record.partition_id + 1)
+        elif isinstance(record, M.RemoveTopicRecord):
+            gone = self.topics_by_id.pop(record.topic_id, None)
+            if gone is not None:
+                self.topics.pop(gone.name, None)
+        elif isinstance(record, M.ConfigRecord):
+            if record.resource_type == RESOURCE_TOPIC:
+                t = self.topics.get(record.resource_name)
+                target = t.configs if t is not None else None
+            elif record.resource_type == RESOURCE_BROKER:
+                target = self.broker_configs
+            else:
+                target = None
+            if target is not None:
+                if record.value is None:
+                    target.pop(record.name, None)
+                else:
+                    target[record.name] = record.value
+        elif isinstance(record, M.ProducerIdsRecord):
+            self.next_producer_id = max(self.next_producer_id, record.next_producer_id)
+
+
+class MetadataLog(Protocol):
+    def append(self, values: list[bytes]) -> None:
+        """Make the values durable (fsynced) before returning."""
+
+    def read_all(self) -> Iterable[bytes]: ...
+
+
+class InMemoryMetadataLog:
+    def __init__(self) -> None:
+        self.values: list[bytes] = []
+
+    def append(self, values: list[bytes]) -> None:
+        self.values.extend(values)
+
+    def read_all(self) -> Iterator[bytes]:
+        return iter(list(self.values))
+
+
+class MetadataStore:
+    """Validated changes to the metadata image, written durably before they are applied."""
+
+    def __init__(self, log: MetadataLog, node_id: int) -> None:
+        self.log = log
+        self.node_id = node_id
+        self.image = MetadataImage()
+        self._producer_ids_left = 0
+        self._next_producer_id = 0
+
+    def load(self) -> None:
+        for value in self.log.read_all():
+            record = decode_record(value)
+            if record is not None:
+                self.image.replay(record)
+
+    def _commit(self, records: list[Any]) -> None:
+        self.log.append([encode_record(r, self._version_of(r)) for r in records])
+        for r in records:
+            self.image.replay(r)
+
+    @staticmethod
+    def _version_of(record: Any) -> int:
+        # PartitionRecord v1 adds Directories; v0 is all a single log dir needs
+        return 0
+
+    # queries --------------------------------------------------------------------------------
+    def topic(self, name: str) -> TopicInfo | None:
+        return self.image.topics.get(name)
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
+        return self.image.topics_by_id.get(topic_id)
+
+    @property
+    def topics(self) -> dict[str, TopicInfo]:
+        return self.image.topics
+
+    # changes --------------------------------------------------------------------------------
+    def create_topic(
+        self, name: str, partitions: int, configs: dict[str, str] | None = None, topic_id: uuid.UUID | None = None
+    ) -> TopicInfo:
+        validate_topic_name(name)
+        if name in self.image.topics:
+            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, "Topic '%s' already exists." % name)
+        collides = name.replace(".", "_")
+        for other in self.image.topics:
+            if other.replace(".", "_") == collides:
+                raise KafkaError(
+                    ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic '%s' collides with existing topic: %s" % (name, other)
+                )
+        if partitions <= 0:
+            raise KafkaError(ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
+        topic_id = topic_id or uuid.uuid4()
+        records: list[Any] = [M.TopicRecord(name=name, topic_id=topic_id)]
+        for (key, value) in sorted((configs or {}).items()):
+            records.append(M.ConfigRecord(resource_type=RESOURCE_TOPIC, resource_name=name, name=key, value=value))
+        records += [self._partition_record(topic_id, p) for p in range(partitions)]
+        self._commit(records)
+        return self.image.topics[name]
+
+    def _partition_record(self, topic_id: uuid.UUID, index: int) -> Any:
+        return M.PartitionRecord(
+            partition_id=index, topic_id=topic_id, replicas=[self.node_id], isr=[self.node_id],
+            leader=self.node_id, leader_epoch=0, partition_epoch=0,
+        )
+
+    def delete_topic(self, name: str) -> TopicInfo:
+        info = self.image.topics.get(name)
+        if info is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
+        self._commit([M.RemoveTopicRecord(topic_id=info.topic_id)])
+        return info
+
+    def create_partitions(self, name: str, total: int) -> TopicInfo:
+        info = self.image.topics.get(name)
+        if info is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The topic '%s' does not exist." % name)
+        if total < info.partitions:
+            raise KafkaError(
+                ErrorCode.INVALID_PARTITIONS,
+                "The topic %s currently has %d partition(s); %d would not be an increase."
+                % (name, info.partitions, total),
+            )
+        if total == info.partitions:
+            raise KafkaError(ErrorCode.INVALID_PARTITIONS, "Topic already has %d partition(s)." % total)
+        self._commit([self._partition_record(info.topic_id, p) for p in range(info.partitions, total)])
+        return info
+
+    def set_configs(self, resource_type: int, resource_name: str, changes: dict[str, str | None]) -> None:
+        """Set (value) or remove (None) dynamic configs of a topic or the broker."""
+        records = [
+            M.ConfigRecord(resource_type=resource_type, resource_name=resource_name, name=k, value=v)
+            for k, v in sorted(changes.items())
+        ]
+        if records:
+            self._commit(records)
+
+    def allocate_producer_id(self) -> int:
+        """Producer ids come from blocks reserved durably, so none is reused after a restart."""
+        if self._producer_ids_left == 0:
+            start = self.image.next_producer_id
+            self._commit([M.ProducerIdsRecord(broker_id=self.node_id, broker_epoch=0,
+                                              next_producer_id=start + PRODUCER_ID_BLOCK)])
+            self._next_producer_id = start
+            self._producer_ids_left = PRODUCER_ID_BLOCK
+        pid = self._next_producer_id
+        self._next_producer_id += 1
+        self._producer_ids_left -= 1
+        return pid

@@ -1,0 +1,532 @@
+"""Code generation: message classes and per-version encoders/decoders built from MessageSpecs.
+
+For every struct we generate one slotted class (all fields of all versions) and, per version,
+one decoder `d_<Struct>(data, mv, pos) -> (obj, pos)` and one encoder `e_<Struct>(obj, w)` where
+`w` appends a bytes-like part. Runs of fixed-size fields are packed/unpacked with one
+precompiled `struct.Struct`. Source is compiled with `compile()`/`exec` into a namespace holding
+the helpers below; nothing is written per version by hand.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from protocol import primitives as P
+from protocol.errors import ProtocolError
+from protocol.schema import FieldSpec, MessageSpec, StructSpec
+
+_FIXED = {
+    "bool": ("?", 1),
+    "int8": ("b", 1),
+    "int16": ("h", 2),
+    "uint16": ("H", 2),
+    "int32": ("i", 4),
+    "uint32": ("I", 4),
+    "int64": ("q", 8),
+    "float64": ("d", 8),
+    "uuid": ("16s", 16),
+}
+
+_MISSING = object()
+
+
+class _Namespace(dict):  # type: ignore[type-arg]
+    """Globals of generated code: helpers plus interned constants and Struct objects."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            _M=_MISSING,
+            _E=ProtocolError,
+            _uv=P.read_uvarint,
+            _uvb=P.encode_uvarint,
+            _i32a=P.int32_array,
+            _i64a=P.int64_array,
+            _uuid=self._uuid,
+            _UUID0=P.ZERO_UUID,
+            _I16=P.INT16.unpack_from,
+            _I32=P.INT32.unpack_from,
+            _I8=P.INT8.unpack_from,
+            _PI16=P.INT16.pack,
+            _PI32=P.INT32.pack,
+            _PI8=P.INT8.pack,
+            _arr=self._array_struct,
+        )
+        self._consts: dict[Any, str] = {}
+
+    @staticmethod
+    def _uuid(raw: bytes) -> uuid.UUID:
+        return P.ZERO_UUID if raw == b"\x00" * 16 else uuid.UUID(bytes=raw)
+
+    @staticmethod
+    def _array_struct(code: str, n: int) -> struct.Struct:
+        return struct.Struct(">%d%s" % (n, code))
+
+    def const(self, value: Any, hint: str = "c") -> str:
+        key = (type(value), value) if not isinstance(value, struct.Struct) else ("S", value.format)
+        name = self._consts.get(key)
+        if name is None:
+            name = "_%s%d" % (hint, len(self._consts))
+            self._consts[key] = name
+            self[name] = value
+        return name
+
+
+def _fixed(f: FieldSpec) -> tuple[str, int] | None:
+    if f.is_array:
+        return None
+    return _FIXED.get(f.type)
+
+
+class _Emitter:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.indent = 1
+
+    def __call__(self, line: str) -> None:
+        self.lines.append("    " * self.indent + line)
+
+    def block(self) -> _Block:
+        return _Block(self)
+
+
+class _Block:
+    def __init__(self, em: _Emitter) -> None:
+        self.em = em
+
+    def __enter__(self) -> None:
+        self.em.indent += 1
+
+    def __exit__(self, *exc: object) -> None:
+        self.em.indent -= 1
+
+
+def _default_expr(ns: _Namespace, f: FieldSpec, classes: dict[str, type]) -> str:
+    """An expression that builds the field's default value (fresh for mutable ones)."""
+    if f.is_array:
+        return "None" if f.default is None else "[]"
+    if f.struct is not None:
+        return "None" if f.default is None else "%s()" % ns.const(classes[f.struct.name], "K")
+    if f.default is None:
+        return "None"
+    return ns.const(f.default, "d")
+
+
+class MessageCodec:
+    """Classes and lazily generated per-version codecs of one message definition."""
+
+    def __init__(self, spec: MessageSpec) -> None:
+        self.spec = spec
+        self.ns = _Namespace()
+        self.classes: dict[str, type] = {}
+        self._decoders: dict[int, Callable[..., Any]] = {}
+        self._encoders: dict[int, Callable[..., Any]] = {}
+        self._build_classes()
+        self.root_class = self.classes[spec.root.name]
+
+    # ----- classes -------------------------------------------------------------------------
+    def _build_classes(self) -> None:
+        structs = [*self.spec.structs.values(), self.spec.root]
+        # children first so default constructors can refer to them
+        order: list[StructSpec] = []
+        seen: set[str] = set()
+
+        def visit(s: StructSpec) -> None:
+            if s.name in seen:
+                return
+            seen.add(s.name)
+            for f in s.fields:
+                if f.struct is not None:
+                    visit(f.struct)
+            order.append(s)
+
+        for s in structs:
+            visit(s)
+        for s in order:
+            self.classes[s.name] = self._make_class(s)
+        root = self.classes[self.spec.root.name]
+        for name, cls in self.classes.items():
+            if cls is not root:
+                setattr(root, name, cls)
+                cls.__qualname__ = "%s.%s" % (root.__name__, name)
+
+    def _make_class(self, s: StructSpec) -> type:
+        ns = self.ns
+        attrs = [f.attr for f in s.fields]
+        params = []
+        body = []
+        for f in s.fields:
+            mutable = (f.is_array and f.default is not None) or (f.struct is not None and f.default is not None)
+            if mutable:
+                params.append("%s=_M" % f.attr)
+                body.append(
+                    "    self.%s = %s if %s is _M else %s" % (f.attr, _default_expr(ns, f, self.classes), f.attr, f.attr)
+                )
+            else:
+                params.append("%s=%s" % (f.attr, _default_expr(ns, f, self.classes)))
+                body.append("    self.%s = %s" % (f.attr, f.attr))
+        src = ["def __init__(self, %s):" % ", ".join(params) if params else "def __init__(self):"]
+        src += body or ["    pass"]
+        src.append("def __eq__(self, other):")
+        src.append("    if type(other) is not type(self): return NotImplemented")
+        cmp = " and ".join("self.%s == other.%s" % (a, a) for a in attrs) or "True"
+        src.append("    return %s" % cmp)
+        local: dict[str, Any] = {}
+        exec(compile("\n".join(src), "<%s.%s>" % (self.spec.name, s.name), "exec"), ns, local)
+        cls = type(
+            s.name,
+            (_MessageBase,),
+            {
+                "__slots__": tuple(attrs),
+                "__init__": local["__init__"],
+                "__eq__": local["__eq__"],
+                "__hash__": None,
+                "__module__": "protocol.messages",
+                "FIELDS": tuple(attrs),
+            },
+        )
+        return cls
+
+    # ----- codecs --------------------------------------------------------------------------
+    def decoder(self, version: int) -> Callable[..., Any]:
+        fn = self._decoders.get(version)
+        if fn is None:
+            fn = self._decoders[version] = self._generate(version)[0]
+        return fn
+
+    def encoder(self, version: int) -> Callable[..., Any]:
+        fn = self._encoders.get(version)
+        if fn is None:
+            fn = self._encoders[version] = self._generate(version)[1]
+        return fn
+
+    def _generate(self, version: int) -> tuple[Callable[..., Any], Callable[..., Any]]:
+        spec = self.spec
+        flex = spec.is_flexible(version)
+        out: list[str] = []
+        done: set[str] = set()
+
+        def gen(s: StructSpec) -> None:
+            if s.name in done:
+                return
+            done.add(s.name)
+            for f in s.fields:
+                if f.struct is not None and version in f.versions:
+                    gen(f.struct)
+            out.extend(self._gen_decoder(s, version, flex))
+            out.extend(self._gen_encoder(s, version, flex))
+
+        gen(spec.root)
+        src = "\n".join(out)
+        local: dict[str, Any] = {}
+        code = compile(src, "<codec %s v%d>" % (spec.name, version), "exec")
+        exec(code, self.ns, local)
+        self.ns.update(local)
+        return local["d_%s_%d" % (spec.root.name, version)], local["e_%s_%d" % (spec.root.name, version)]
+
+    # decoders -------------------------------------------------------------------------------
+    def _gen_decoder(self, s: StructSpec, version: int, flex: bool) -> list[str]:
+        ns = self.ns
+        em = _Emitter()
+        fields = [f for f in s.fields if version in f.versions]
+        regular = [f for f in fields if not (flex and version in f.tagged)]
+        tagged = [f for f in fields if flex and version in f.tagged]
+        run: list[FieldSpec] = []
+
+        def flush_run() -> None:
+            if not run:
+                return
+            fmt = ">" + "".join(_FIXED[f.type][0] for f in run)
+            size = sum(_FIXED[f.type][1] for f in run)
+            st = ns.const(struct.Struct(fmt), "S")
+            names = ", ".join("v_" + f.attr for f in run)
+            em("%s%s = %s.unpack_from(data, pos)" % (names, "," if len(run) == 1 else "", st))
+            em("pos += %d" % size)
+            for f in run:
+                if f.type == "uuid":
+                    em("v_%s = _uuid(v_%s)" % (f.attr, f.attr))
+            run.clear()
+
+        for f in regular:
+            if _fixed(f):
+                run.append(f)
+                continue
+            flush_run()
+            self._decode_field(em, f, "v_" + f.attr, version, flex)
+        flush_run()
+        for f in tagged:
+            em("v_%s = %s" % (f.attr, _default_expr(ns, f, self.classes)))
+        if flex:
+            em("n = data[pos]")
+            em("pos += 1")
+            em("if n:")
+            with em.block():
+                em("if n >= 128: n, pos = _uv(data, pos - 1)")
+                em("for _ in range(n):")
+                with em.block():
+                    em("tag, pos = _uv(data, pos)")
+                    em("size, pos = _uv(data, pos)")
+                    em("end = pos + size")
+                    em("if end > len(data): raise _E('tagged field overruns the buffer')")
+                    first = True
+                    for f in tagged:
+                        em("%s tag == %d:" % ("if" if first else "elif", f.tag))
+                        first = False
+                        with em.block():
+                            self._decode_field(em, f, "v_" + f.attr, version, flex)
+                            em("if pos != end: raise _E('tagged field size mismatch')")
+                    em("pos = end")
+        args = []
+        for f in s.fields:
+            args.append("v_" + f.attr if version in f.versions else _default_expr(ns, f, self.classes))
+        cls = ns.const(self.classes[s.name], "K")
+        header = ["def d_%s_%d(data, mv, pos):" % (s.name, version)]
+        em("return %s(%s), pos" % (cls, ", ".join(args)))
+        return header + em.lines
+
+    def _read_len(self, em: _Emitter, var: str, flex: bool, width: str) -> None:
+        """Read a length prefix into `var`: -1 means null (both encodings normalised to -1)."""
+        if flex:
+            em("%s = data[pos]" % var)
+            em("pos += 1")
+            em("if %s >= 128: %s, pos = _uv(data, pos - 1)" % (var, var))
+            em("%s -= 1" % var)
+        elif width == "h":
+            em("%s, = _I16(data, pos)" % var)
+            em("pos += 2")
+        else:
+            em("%s, = _I32(data, pos)" % var)
+            em("pos += 4")
+
+    def _decode_field(self, em: _Emitter, f: FieldSpec, target: str, version: int, flex: bool) -> None:
+        flex = flex if f.flexible is None else version in f.flexible
+        nullable = version in f.nullable
+        if f.is_array:
+            self._read_len(em, "n", flex, "i")
+            em("if n < 0:")
+            with em.block():
+                em("%s = None" % target if nullable else "raise _E('null array for non-nullable field %s')" % f.name)
+            em("else:")
+            with em.block():
+                self._decode_array(em, f, target, version, flex)
+            return
+        if f.struct is not None:
+            if nullable:
+                em("m, = _I8(data, pos)")
+                em("pos += 1")
+                em("if m < 0: %s = None" % target)
+                em("else: %s, pos = d_%s_%d(data, mv, pos)" % (target, f.struct.name, version))
+            else:
+                em("%s, pos = d_%s_%d(data, mv, pos)" % (target, f.struct.name, version))
+            return
+        fixed = _FIXED.get(f.type)
+        if fixed:
+            st = self.ns.const(struct.Struct(">" + fixed[0]), "S")
+            em("%s, = %s.unpack_from(data, pos)" % (target, st))
+            em("pos += %d" % fixed[1])
+            if f.type == "uuid":
+                em("%s = _uuid(%s)" % (target, target))
+            return
+        # string, bytes, records
+        self._read_len(em, "n", flex, "h" if f.type == "string" else "i")
+        em("if n < 0:")
+        with em.block():
+            em("%s = None" % target if nullable else "raise _E('null value for non-nullable field %s')" % f.name)
+        em("else:")
+        with em.block():
+            em("end = pos + n")
+            em("if end > len(data): raise _E('field %s overruns the buffer')" % f.name)
+            if f.type == "string":
+                em("%s = str(data[pos:end], 'utf-8')" % target)
+            elif f.type == "bytes":
+                em("%s = bytes(data[pos:end])" % target)
+            else:
+                em("%s = mv[pos:end]" % target)
+            em("pos = end")
+
+    def _decode_array(self, em: _Emitter, f: FieldSpec, target: str, version: int, flex: bool) -> None:
+        et = f.elem_type
+        fixed = _FIXED.get(et)
+        em("if n > len(data) - pos: raise _E('array %s is longer than the buffer')" % f.name)
+        if fixed and et != "uuid":
+            code, size = fixed
+            if et == "int32":
+                em("%s = list(_i32a(n).unpack_from(data, pos))" % target)
+            elif et == "int64":
+                em("%s = list(_i64a(n).unpack_from(data, pos))" % target)
+            else:
+                em("%s = list(_arr(%r, n).unpack_from(data, pos))" % (target, code))
+            em("pos += %d * n" % size)
+            return
+        em("%s = []" % target)
+        em("ap = %s.append" % target)
+        em("for _ in range(n):")
+        with em.block():
+            if f.struct is not None:
+                em("o, pos = d_%s_%d(data, mv, pos)" % (f.struct.name, version))
+                em("ap(o)")
+            elif et == "uuid":
+                em("ap(_uuid(bytes(data[pos:pos + 16])))")
+                em("pos += 16")
+            else:  # string / bytes
+                elem = FieldSpec(f.name, f.attr, et, f.versions, f.nullable, f.tagged, None, None, False, f.flexible)
+                self._decode_field(em, elem, "o", version, flex)
+                em("ap(o)")
+
+    # encoders -------------------------------------------------------------------------------
+    def _gen_encoder(self, s: StructSpec, version: int, flex: bool) -> list[str]:
+        ns = self.ns
+        em = _Emitter()
+        fields = [f for f in s.fields if version in f.versions]
+        regular = [f for f in fields if not (flex and version in f.tagged)]
+        tagged = sorted((f for f in fields if flex and version in f.tagged), key=lambda f: f.tag or 0)
+        run: list[FieldSpec] = []
+
+        def flush_run() -> None:
+            if not run:
+                return
+            fmt = ">" + "".join(_FIXED[f.type][0] for f in run)
+            st = ns.const(struct.Struct(fmt), "S")
+            vals = ", ".join(("o.%s.bytes" if f.type == "uuid" else "o.%s") % f.attr for f in run)
+            em("w(%s.pack(%s))" % (st, vals))
+            run.clear()
+
+        for f in regular:
+            if _fixed(f):
+                run.append(f)
+                continue
+            flush_run()
+            self._encode_field(em, f, "o." + f.attr, version, flex, "w")
+        flush_run()
+        if flex:
+            if not tagged:
+                em("w(b'\\x00')")
+            else:
+                em("tg = []")
+                for f in tagged:
+                    em("x = o.%s" % f.attr)
+                    em("if %s:" % self._non_default_test(f, "x"))
+                    with em.block():
+                        em("tb = []")
+                        self._encode_field(em, f, "x", version, flex, "tb.append")
+                        em("tg.append((%d, b''.join(tb)))" % f.tag)
+                em("w(_uvb(len(tg)))")
+                em("for t, b in tg:")
+                with em.block():
+                    em("w(_uvb(t))")
+                    em("w(_uvb(len(b)))")
+                    em("w(b)")
+        header = ["def e_%s_%d(o, w):" % (s.name, version)]
+        if not em.lines:
+            em("pass")
+        return header + em.lines
+
+    def _non_default_test(self, f: FieldSpec, var: str) -> str:
+        if f.is_array:
+            return "%s is not None" % var if f.default is None else "%s" % var
+        if f.default is None:
+            return "%s is not None" % var
+        if f.struct is not None:
+            return "%s != %s()" % (var, self.ns.const(self.classes[f.struct.name], "K"))
+        return "%s != %s" % (var, self.ns.const(f.default, "d"))
+
+    def _write_len(self, em: _Emitter, expr: str, flex: bool, width: str, w: str) -> None:
+        if flex:
+            em("%s(_uvb(%s + 1))" % (w, expr))
+        elif width == "h":
+            em("%s(_PI16(%s))" % (w, expr))
+        else:
+            em("%s(_PI32(%s))" % (w, expr))
+
+    def _write_null(self, em: _Emitter, flex: bool, width: str, w: str) -> None:
+        if flex:
+            em("%s(b'\\x00')" % w)
+        elif width == "h":
+            em("%s(b'\\xff\\xff')" % w)
+        else:
+            em("%s(b'\\xff\\xff\\xff\\xff')" % w)
+
+    def _encode_field(self, em: _Emitter, f: FieldSpec, expr: str, version: int, flex: bool, w: str) -> None:
+        flex = flex if f.flexible is None else version in f.flexible
+        if f.is_array:
+            em("a = %s" % expr)
+            em("if a is None:")
+            with em.block():
+                self._write_null(em, flex, "i", w)
+            em("else:")
+            with em.block():
+                self._write_len(em, "len(a)", flex, "i", w)
+                self._encode_array(em, f, version, flex, w)
+            return
+        if f.struct is not None:
+            if version in f.nullable:
+                em("if %s is None: %s(b'\\xff')" % (expr, w))
+                em("else:")
+                with em.block():
+                    em("%s(b'\\x01')" % w)
+                    em("e_%s_%d(%s, %s)" % (f.struct.name, version, expr, w))
+            else:
+                em("e_%s_%d(%s, %s)" % (f.struct.name, version, expr, w))
+            return
+        fixed = _FIXED.get(f.type)
+        if fixed:
+            st = self.ns.const(struct.Struct(">" + fixed[0]), "S")
+            em("%s(%s.pack(%s%s))" % (w, st, expr, ".bytes" if f.type == "uuid" else ""))
+            return
+        width = "h" if f.type == "string" else "i"
+        em("s = %s" % expr)
+        em("if s is None:")
+        with em.block():
+            self._write_null(em, flex, width, w)
+        em("else:")
+        with em.block():
+            if f.type == "string":
+                em("s = s.encode()")
+            self._write_len(em, "len(s)", flex, width, w)
+            em("%s(s)" % w)
+
+    def _encode_array(self, em: _Emitter, f: FieldSpec, version: int, flex: bool, w: str) -> None:
+        et = f.elem_type
+        fixed = _FIXED.get(et)
+        if fixed and et != "uuid":
+            if et == "int32":
+                em("%s(_i32a(len(a)).pack(*a))" % w)
+            elif et == "int64":
+                em("%s(_i64a(len(a)).pack(*a))" % w)
+            else:
+                em("%s(_arr(%r, len(a)).pack(*a))" % (w, fixed[0]))
+            return
+        em("for it in a:")
+        with em.block():
+            if f.struct is not None:
+                em("e_%s_%d(it, %s)" % (f.struct.name, version, w))
+            elif et == "uuid":
+                em("%s(it.bytes)" % w)
+            else:
+                elem = FieldSpec(f.name, f.attr, et, f.versions, f.nullable, f.tagged, None, None, False, f.flexible)
+                self._encode_field(em, elem, "it", version, flex, w)
+
+
+class _MessageBase:
+    __slots__ = ()
+    FIELDS: tuple[str, ...] = ()
+
+    def __repr__(self) -> str:
+        inner = ", ".join("%s=%r" % (a, getattr(self, a)) for a in self.FIELDS)
+        return "%s(%s)" % (type(self).__name__, inner)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for a in self.FIELDS:
+            v = getattr(self, a)
+            if isinstance(v, _MessageBase):
+                v = v.to_dict()
+            elif isinstance(v, list):
+                v = [x.to_dict() if isinstance(x, _MessageBase) else x for x in v]
+            out[a] = v
+        return out
+
+
+MessageBase = _MessageBase
