@@ -1,0 +1,168 @@
+"""Test harness: the broker in-process or as a subprocess on 127.0.0.1, and a raw-frame client."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from protocol import frames
+from protocol import messages as M
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(predicate: Any, timeout: float = 10.0, interval: float = 0.02, what: str = "condition") -> Any:
+    """Poll `predicate` until it returns a truthy value; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError("timed out after %.1fs waiting for %s" % (timeout, what))
+        time.sleep(interval)
+
+
+def port_open(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+        return True
+    except OSError:
+        return False
+
+
+class BrokerProcess:
+    """`python -m broker` as a child process, stopped by its PID only."""
+
+    def __init__(self, data_dir: Path, port: int | None = None, overrides: dict[str, str] | None = None) -> None:
+        self.data_dir = data_dir
+        self.port = port or free_port()
+        self.overrides = {
+            "listeners": "PLAINTEXT://127.0.0.1:%d" % self.port,
+            "log.dirs": str(data_dir),
+            "group.initial.rebalance.delay.ms": "0",
+            **(overrides or {}),
+        }
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = data_dir.parent / ("broker-%d.log" % self.port)
+
+    @property
+    def bootstrap(self) -> str:
+        return "127.0.0.1:%d" % self.port
+
+    def start(self, timeout: float = 20.0) -> BrokerProcess:
+        args = [sys.executable, "-m", "broker"]
+        for k, v in self.overrides.items():
+            args += ["--override", "%s=%s" % (k, v)]
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        self._log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(args, cwd=str(ROOT), env=env, stdout=self._log, stderr=subprocess.STDOUT)
+        wait_for(lambda: port_open(self.port) or self.proc.poll() is not None, timeout, what="broker to listen")
+        if self.proc.poll() is not None:
+            raise RuntimeError("broker exited early:\n" + self.log_path.read_text()[-4000:])
+        return self
+
+    def stop(self, timeout: float = 20.0) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self._log.close()
+        return int(self.proc.returncode)
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait(10)
+        self._log.close()
+
+    def output(self) -> str:
+        return self.log_path.read_text() if self.log_path.exists() else ""
+
+
+class RawClient:
+    """A minimal blocking client speaking raw frames, for integration tests."""
+
+    def __init__(self, port: int, client_id: str = "raw-test") -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.client_id = client_id
+        self.correlation_id = 0
+
+    def send_frame(self, payload: bytes) -> None:
+        self.sock.sendall(struct.pack(">i", len(payload)) + payload)
+
+    def request_bytes(self, api_key: int, version: int, request: Any) -> bytes:
+        self.correlation_id += 1
+        header = frames.encode_request_header(api_key, version, self.correlation_id, self.client_id)
+        return header + M.encode(request, version)
+
+    def send(self, api_key: int, version: int, request: Any) -> None:
+        self.send_frame(self.request_bytes(api_key, version, request))
+
+    def receive(self, api_key: int, version: int) -> Any:
+        size = struct.unpack(">i", self._read(4))[0]
+        data = self._read(size)
+        (correlation_id,) = struct.unpack_from(">i", data, 0)
+        assert correlation_id == self.correlation_id
+        offset = 5 if frames.response_header_version(api_key, version) == 1 else 4
+        return M.decode_response(api_key, version, data[offset:])
+
+    def call(self, api_key: int, version: int, request: Any) -> Any:
+        self.send(api_key, version, request)
+        return self.receive(api_key, version)
+
+    def _read(self, n: int) -> bytes:
+        buf = bytearray()
+        while len(buf) < n:
+            chunk = self.sock.recv(n - len(buf))
+            if not chunk:
+                raise ConnectionError("connection closed by the broker")
+            buf += chunk
+        return bytes(buf)
+
+    def is_closed(self, timeout: float = 5.0) -> bool:
+        self.sock.settimeout(timeout)
+        try:
+            return self.sock.recv(1) == b""
+        except (ConnectionResetError, BrokenPipeError):
+            return True
+        except TimeoutError:
+            return False
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+async def start_inprocess(tmp_path: Path, **overrides: str) -> Any:
+    """Start a Broker in the running event loop on an ephemeral port; returns it."""
+    from broker.app import Broker
+    from broker.config import BrokerConfig
+
+    values = {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path / "data"),
+              "group.initial.rebalance.delay.ms": "0"}
+    values.update({k.replace("_", "."): v for k, v in overrides.items()})
+    broker = Broker(BrokerConfig(values))
+    await broker.start()
+    return broker
+
+
+def run_in_thread_loop(coro_factory: Any) -> Any:
+    return asyncio.run(coro_factory())
