@@ -1,4 +1,4 @@
-"""The broker: wires configuration, storage, metadata, coordinators and the server together."""
+"""The broker: wires configuration, storage, metadata, partitions and the server together."""
 
 from __future__ import annotations
 
@@ -6,16 +6,25 @@ import asyncio
 import base64
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import structlog
 
 from broker.apis import load_handlers
 from broker.config import BrokerConfig, read_properties
+from broker.log import AppendOrigin, Log, LogCleaner, LogConfig, LogManager
+from broker.metadata import RESOURCE_TOPIC, MetadataStore, TopicInfo
 from broker.metrics import Metrics
+from broker.partition import PartitionManager
 from broker.server import KafkaServer
+from protocol.errors import ErrorCode, KafkaError
+from protocol.records import build_batch, decode_batch, iter_batches
 
 log = structlog.get_logger("broker")
+
+METADATA_TOPIC = "__cluster_metadata"
 
 
 def new_base64_uuid() -> str:
@@ -44,41 +53,186 @@ def ensure_meta_properties(log_dir: Path, node_id: int, cluster_id: str | None) 
     return cluster_id
 
 
+class LogMetadataLog:
+    """The metadata log on the storage engine: `__cluster_metadata-0`, fsynced on every change."""
+
+    def __init__(self, log: Log) -> None:
+        self.log = log
+
+    def append(self, values: list[bytes]) -> None:
+        batch = build_batch([(None, v) for v in values], base_timestamp=None)
+        self.log.append(batch, origin=AppendOrigin.COORDINATOR)
+        self.log.flush()
+
+    def read_all(self) -> Iterator[bytes]:
+        offset = self.log.log_start_offset
+        while offset < self.log.log_end_offset:
+            data = self.log.read_bytes(offset, 1 << 20)
+            if not data:
+                break
+            for pos, header in iter_batches(data):
+                _, records = decode_batch(data, pos)
+                for record in records:
+                    if record.value is not None:
+                        yield record.value
+                offset = header.next_offset
+
+
 class Broker:
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, clock: Callable[[], float] = time.time) -> None:
         self.config = config
+        self.clock = clock
         self.node_id = config.node_id
+        self.leader_epoch = 0
         self.metrics = Metrics()
         self.cluster_id = ""
+        self.default_log_config = LogConfig.from_broker_properties(config.raw)
+        self.logs = LogManager(config.log_dirs, self.default_log_config, topic_config=self._topic_log_config)
+        self.metadata: MetadataStore = None  # type: ignore[assignment]  # set in start()
+        self.partitions = PartitionManager(self.logs)
+        self.cleaner = LogCleaner()
         self.server = KafkaServer(self, int(config["socket.request.max.bytes"]), int(config["connections.max.idle.ms"]))
         self.ports: list[int] = []
+        self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
+        self._stopping = False
 
+    # lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> None:
         load_handlers()
         cluster_id = self.config["cluster.id"]
         for d in self.config.log_dirs:
             cluster_id = ensure_meta_properties(Path(d), self.node_id, cluster_id)
         self.cluster_id = cluster_id
+        stats = await asyncio.to_thread(self.logs.startup)
+        self.metadata = MetadataStore(LogMetadataLog(self.logs.get_or_create_log(METADATA_TOPIC, 0)), self.node_id)
+        self.metadata.load()
+        for info in list(self.metadata.topics.values()):
+            self._ensure_partitions(info)
         for listener in self.config.listeners:
             self.ports.append(await self.server.listen(listener.host, listener.port))
         port = int(self.config["metrics.port"])
         if port >= 0:
             self.metrics.serve(port)
+        self._start_background()
         log.info("broker started", node_id=self.node_id, cluster_id=self.cluster_id, ports=self.ports,
-                 log_dirs=self.config.log_dirs)
+                 log_dirs=self.config.log_dirs, topics=len(self.metadata.topics),
+                 recovery_seconds=round(stats.seconds, 3), recovered_segments=stats.recovered_segments)
+
+    def _start_background(self) -> None:
+        loop = asyncio.get_running_loop()
+        flush_ms = min(self.config.log_flush_interval_ms, 1000)
+        jobs = [
+            (flush_ms, self.logs.flush_dirty_logs),
+            (int(self.config["log.retention.check.interval.ms"]), self.logs.run_retention),
+            (int(self.config["log.flush.offset.checkpoint.interval.ms"]), self.logs.checkpoint),
+        ]
+        if self.config["log.cleaner.enable"]:
+            jobs.append((int(self.config["log.cleaner.backoff.ms"]), self._clean_logs))
+        for interval_ms, job in jobs:
+            self._tasks.append(loop.create_task(self._every(interval_ms / 1000.0, job)))
+
+    async def _every(self, interval: float, job: Callable[[], Any]) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await asyncio.to_thread(job)
+            except Exception:
+                log.exception("background job failed", job=getattr(job, "__name__", str(job)))
+
+    def _clean_logs(self) -> None:
+        for _, log_ in self.logs.logs.items():
+            if log_.config.compact and not log_.closed:
+                self.cleaner.clean(log_)
 
     def advertised(self) -> tuple[str, int]:
         """Host and port given to clients: the first advertised listener, with the bound port for :0."""
         listener = self.config.advertised_listeners[0]
         host = listener.host or "localhost"
+        if host == "0.0.0.0":
+            host = "localhost"
         port = listener.port or (self.ports[0] if self.ports else 0)
         return host, port
 
     async def stop(self) -> None:
+        if self._stopping:
+            return
+        self._stopping = True
         await self.server.stop()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.to_thread(self.logs.shutdown)
         self._stopped.set()
         log.info("broker stopped")
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
+
+    # topics ------------------------------------------------------------------------------------
+    def _topic_log_config(self, topic: str) -> LogConfig | None:
+        if self.metadata is None:
+            return None
+        info = self.metadata.topic(topic)
+        if info is None or not info.configs:
+            return None
+        return LogConfig.from_properties(info.configs, self.default_log_config)
+
+    def _ensure_partitions(self, info: TopicInfo) -> None:
+        config = self._topic_log_config(info.name)
+        for index in range(info.partitions):
+            self.partitions.ensure(info.name, index, info.topic_id, config)
+
+    def validate_topic_configs(self, configs: dict[str, str]) -> LogConfig:
+        return LogConfig.from_properties(configs, self.default_log_config)
+
+    async def create_topic(
+        self, name: str, partitions: int, configs: dict[str, str], validate_only: bool = False
+    ) -> TopicInfo:
+        """Create a topic (-1 partitions: num.partitions); raises KafkaError with Kafka's codes."""
+        if partitions == -1:
+            partitions = int(self.config["num.partitions"])
+        self.validate_topic_configs(configs)
+        if validate_only:
+            existing = self.metadata.topic(name)
+            if existing is not None:
+                raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, "Topic '%s' already exists." % name)
+            from broker.metadata import validate_topic_name
+
+            validate_topic_name(name)
+            if partitions <= 0:
+                raise KafkaError(ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
+            return TopicInfo(name, uuid.UUID(int=0), partitions, dict(configs))
+        info = self.metadata.create_topic(name, partitions, configs)
+        self._ensure_partitions(info)
+        log.info("topic created", topic=name, partitions=partitions, topic_id=str(info.topic_id))
+        return info
+
+    async def delete_topic(self, name: str) -> TopicInfo:
+        info = self.metadata.delete_topic(name)
+        await asyncio.to_thread(self.partitions.remove_topic, name)
+        log.info("topic deleted", topic=name)
+        return info
+
+    async def create_partitions(self, name: str, total: int, validate_only: bool = False) -> TopicInfo:
+        info = self.metadata.topic(name)
+        if validate_only:
+            if info is None:
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The topic '%s' does not exist." % name)
+            if total <= info.partitions:
+                raise KafkaError(ErrorCode.INVALID_PARTITIONS, "Topic already has %d partition(s)." % info.partitions)
+            return info
+        info = self.metadata.create_partitions(name, total)
+        self._ensure_partitions(info)
+        return info
+
+    def alter_topic_configs(self, name: str, changes: dict[str, str | None], validate_only: bool = False) -> None:
+        info = self.metadata.topic(name)
+        if info is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The topic '%s' does not exist." % name)
+        merged = {k: v for k, v in {**info.configs, **changes}.items() if v is not None}
+        config = self.validate_topic_configs(merged)
+        if validate_only:
+            return
+        self.metadata.set_configs(RESOURCE_TOPIC, name, changes)
+        self.logs.update_topic_config(name, config)

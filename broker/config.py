@@ -161,10 +161,12 @@ class BrokerConfig:
 
     def __init__(self, values: Mapping[str, Any] | None = None) -> None:
         self.values: dict[str, Any] = {}
+        self.raw: dict[str, str] = {}  # explicitly set properties as text (topic-config synonyms need them)
         self.dynamic: dict[str, Any] = {}
-        for key, raw in (values or {}).items():
+        for key, value in (values or {}).items():
             prop = PROPS.get(key)
-            self.values[key] = _parse(prop, raw) if prop else raw
+            self.values[key] = _parse(prop, value) if prop else value
+            self.raw[key] = ",".join(value) if isinstance(value, list) else str(value)
 
     @classmethod
     def load(cls, path: str | Path | None = None, overrides: Iterable[str] = ()) -> BrokerConfig:

@@ -57,8 +57,7 @@ class Connection(asyncio.Protocol):
 
     # asyncio.Protocol ----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = transport  # type: ignore[assignment]  # uvloop's transport is not a subclass
         peer = transport.get_extra_info("peername")
         if peer:
             self.peer = (peer[0], peer[1])

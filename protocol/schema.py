@@ -104,6 +104,18 @@ class MessageSpec:
         return version in self.flexible_versions
 
 
+class _NewStruct:
+    """The default of a struct field whose default is not null: a new instance with its own defaults."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NEW_STRUCT"
+
+
+NEW_STRUCT = _NewStruct()
+
+
 def _default_value(ftype: str, raw: Any, nullable: bool) -> Any:
     """The Python value of a field's default, as Kafka's generator interprets the `default` key."""
     if ftype.startswith("[]"):
@@ -124,7 +136,7 @@ def _default_value(ftype: str, raw: Any, nullable: bool) -> Any:
         return b""
     if ftype == "uuid":
         return uuid.UUID(int=0)
-    return None  # struct: built by the class itself when not nullable
+    return NEW_STRUCT  # struct without a null default: a fresh instance, as Kafka's `new T()`
 
 
 def load_message(path: Path) -> MessageSpec:
@@ -155,12 +167,11 @@ def load_message(path: Path) -> MessageSpec:
                 ignorable=bool(raw.get("ignorable", False)),
                 flexible=Versions.parse(raw["flexibleVersions"]) if "flexibleVersions" in raw else None,
             )
-            if elem not in PRIMITIVES:
-                if "fields" in raw:
-                    sub = StructSpec(elem, spec.versions)
-                    structs[elem] = sub
-                    pending.append((sub, raw["fields"]))
-                # common structs are resolved below, once every struct is known
+            # structs defined inline; common structs are resolved below, once every struct is known
+            if elem not in PRIMITIVES and "fields" in raw:
+                sub = StructSpec(elem, spec.versions)
+                structs[elem] = sub
+                pending.append((sub, raw["fields"]))
             struct.fields.append(spec)
     for struct in [root, *structs.values()]:
         for f in struct.fields:

@@ -16,7 +16,7 @@ def error_response(api_key: int, request: Any, code: ErrorCode, version: int = 0
         from broker.apis.api_versions import api_versions_body
 
         return api_versions_body(code)
-    cls = RESPONSES[api_key].root_class
+    cls: Any = RESPONSES[api_key].root_class
     response = cls()
     if "error_code" not in cls.FIELDS:
         return None
@@ -26,7 +26,7 @@ def error_response(api_key: int, request: Any, code: ErrorCode, version: int = 0
 
 def load_handlers() -> None:
     """Import every handler module so each registers its APIs."""
-    from broker.apis import api_versions  # noqa: F401
+    from broker.apis import api_versions, fetch, metadata, offsets_lookup, produce  # noqa: F401
 
 
 __all__ = ["APIS", "Api", "api", "error_response", "load_handlers"]

@@ -1,0 +1,134 @@
+"""Fetch (key 1): reads from partition logs with long polling.
+
+A fetch that finds fewer than min_bytes waits on its partitions' append notifications (never a
+sleep loop) until enough arrived or max_wait_ms passed. Fetch sessions (KIP-227) are declined
+by answering session id 0, so clients keep sending full requests; a session id we never gave out
+is answered with FETCH_SESSION_ID_NOT_FOUND. Records are never null (librdkafka rejects that).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from broker.apis.registry import api
+from broker.partition import READ_COMMITTED
+from protocol.errors import ErrorCode, KafkaError
+from protocol.messages import FetchResponse
+
+R = FetchResponse
+
+
+def _check_leader_epoch(partition: Any, current_leader_epoch: int) -> ErrorCode | None:
+    if current_leader_epoch < 0:
+        return None
+    if current_leader_epoch < partition.leader_epoch:
+        return ErrorCode.FENCED_LEADER_EPOCH
+    if current_leader_epoch > partition.leader_epoch:
+        return ErrorCode.UNKNOWN_LEADER_EPOCH
+    return None
+
+
+class _Target:
+    __slots__ = ("topic", "topic_id", "request", "partition", "error")
+
+    def __init__(self, topic: Any, topic_id: Any, request: Any, partition: Any, error: ErrorCode | None) -> None:
+        self.topic = topic
+        self.topic_id = topic_id
+        self.request = request
+        self.partition = partition
+        self.error = error
+
+
+def _resolve(broker: Any, request: Any, version: int) -> list[_Target]:
+    targets = []
+    for t in request.topics:
+        if version >= 13:
+            info = broker.metadata.topic_by_id(t.topic_id)
+            name = info.name if info is not None else None
+            missing = ErrorCode.UNKNOWN_TOPIC_ID
+        else:
+            name = t.topic
+            missing = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        for p in t.partitions:
+            partition = broker.partitions.get(name, p.partition) if name is not None else None
+            error = missing if partition is None else _check_leader_epoch(partition, p.current_leader_epoch)
+            targets.append(_Target(t.topic, t.topic_id, p, partition, error))
+    return targets
+
+
+def _read_all(targets: list[_Target], request: Any, isolation: int) -> tuple[list[Any], int]:
+    """One pass over the partitions: their response entries and the bytes found."""
+    remaining = request.max_bytes
+    total = 0
+    out = []
+    for target in targets:
+        p = target.request
+        entry = R.PartitionData(partition_index=p.partition, high_watermark=-1, last_stable_offset=-1,
+                                log_start_offset=-1, preferred_read_replica=-1, records=b"")
+        # Kafka sends null unless the reader asked for read_committed
+        entry.aborted_transactions = [] if isolation == READ_COMMITTED else None
+        out.append(entry)
+        if target.error is not None:
+            entry.error_code = int(target.error)
+            continue
+        partition = target.partition
+        entry.high_watermark = partition.high_watermark
+        entry.last_stable_offset = partition.last_stable_offset
+        entry.log_start_offset = partition.log_start_offset
+        limit = min(p.partition_max_bytes, remaining)
+        if limit <= 0 and total > 0:
+            continue
+        try:
+            info = partition.read(p.fetch_offset, max(limit, 0), isolation, min_one_message=total == 0)
+        except KafkaError as exc:
+            entry.error_code = int(exc.code)
+            continue
+        size = len(info.records)
+        if size:
+            entry.records = info.records.read()
+            total += size
+            remaining -= size
+    return out, total
+
+
+def _assemble(targets: list[_Target], entries: list[Any], version: int) -> list[Any]:
+    responses: list[Any] = []
+    current = None
+    for target, entry in zip(targets, entries):
+        key = target.topic_id if version >= 13 else target.topic
+        if current is None or (current.topic_id if version >= 13 else current.topic) != key:
+            current = R.FetchableTopicResponse(topic=target.topic, topic_id=target.topic_id, partitions=[])
+            responses.append(current)
+        current.partitions.append(entry)
+    return responses
+
+
+@api(1)
+async def handle_fetch(ctx: Any, request: Any) -> Any:
+    version = ctx.api_version
+    if version >= 7 and request.session_id != 0:
+        return R(throttle_time_ms=0, error_code=int(ErrorCode.FETCH_SESSION_ID_NOT_FOUND), session_id=0, responses=[])
+    broker = ctx.broker
+    isolation = request.isolation_level
+    targets = _resolve(broker, request, version)
+    entries, total = _read_all(targets, request, isolation)
+    deadline = time.monotonic() + request.max_wait_ms / 1000.0
+    waitable = [t.partition for t in targets if t.error is None]
+    while total < request.min_bytes and waitable and not any(e.error_code for e in entries):
+        timeout = deadline - time.monotonic()
+        if timeout <= 0:
+            break
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        for partition in waitable:
+            partition.add_waiter(waiter)
+        try:
+            await asyncio.wait_for(waiter, timeout)
+        except TimeoutError:
+            pass
+        finally:
+            for partition in waitable:
+                partition.remove_waiter(waiter)
+        entries, total = _read_all(targets, request, isolation)
+    return R(throttle_time_ms=0, error_code=0, session_id=0, responses=_assemble(targets, entries, version))

@@ -1,0 +1,117 @@
+"""ListOffsets (key 2), OffsetForLeaderEpoch (key 23) and DeleteRecords (key 21)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from broker.apis.fetch import _check_leader_epoch
+from broker.apis.registry import api
+from protocol.errors import ErrorCode, KafkaError
+from protocol.messages import DeleteRecordsResponse, ListOffsetsResponse, OffsetForLeaderEpochResponse
+
+LATEST = -1
+EARLIEST = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL = -4
+LATEST_TIERED = -5
+EARLIEST_PENDING_UPLOAD = -6
+
+L = ListOffsetsResponse
+
+
+def _list_offset(partition: Any, timestamp: int, isolation: int) -> tuple[int, int, int]:
+    """(timestamp, offset, leader epoch) for one ListOffsets query."""
+    epoch = partition.leader_epoch
+    if timestamp == LATEST:
+        return -1, partition.fetch_bound(isolation), epoch
+    if timestamp in (EARLIEST, EARLIEST_LOCAL):
+        return -1, partition.log_start_offset, epoch
+    if timestamp in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):
+        return -1, -1, -1  # no tiered storage
+    if timestamp == MAX_TIMESTAMP:
+        found = partition.log.max_timestamp_and_offset()
+    else:
+        found = partition.log.offset_for_timestamp(timestamp)
+    if found is None or found.offset >= partition.fetch_bound(isolation):
+        return -1, -1, -1
+    return found.timestamp, found.offset, found.leader_epoch
+
+
+@api(2)
+async def handle_list_offsets(ctx: Any, request: Any) -> Any:
+    broker = ctx.broker
+    isolation = request.isolation_level if ctx.api_version >= 2 else 0
+    topics = []
+    for t in request.topics:
+        out = L.ListOffsetsTopicResponse(name=t.name, partitions=[])
+        topics.append(out)
+        for p in t.partitions:
+            entry = L.ListOffsetsPartitionResponse(partition_index=p.partition_index, timestamp=-1, offset=-1)
+            out.partitions.append(entry)
+            partition = broker.partitions.get(t.name, p.partition_index)
+            if partition is None:
+                entry.error_code = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                continue
+            error = _check_leader_epoch(partition, p.current_leader_epoch)
+            if error is not None:
+                entry.error_code = int(error)
+                continue
+            if p.timestamp == MAX_TIMESTAMP and ctx.api_version < 7 or p.timestamp < EARLIEST_PENDING_UPLOAD:
+                entry.error_code = int(ErrorCode.UNSUPPORTED_VERSION)
+                continue
+            entry.timestamp, entry.offset, entry.leader_epoch = _list_offset(partition, p.timestamp, isolation)
+    return L(throttle_time_ms=0, topics=topics)
+
+
+E = OffsetForLeaderEpochResponse
+
+
+@api(23)
+async def handle_offset_for_leader_epoch(ctx: Any, request: Any) -> Any:
+    broker = ctx.broker
+    topics = []
+    for t in request.topics:
+        out = E.OffsetForLeaderTopicResult(topic=t.topic, partitions=[])
+        topics.append(out)
+        for p in t.partitions:
+            entry = E.EpochEndOffset(partition=p.partition, leader_epoch=-1, end_offset=-1)
+            out.partitions.append(entry)
+            partition = broker.partitions.get(t.topic, p.partition)
+            if partition is None:
+                entry.error_code = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                continue
+            error = _check_leader_epoch(partition, p.current_leader_epoch)
+            if error is not None:
+                entry.error_code = int(error)
+                continue
+            entry.leader_epoch, entry.end_offset = partition.log.end_offset_for_epoch(p.leader_epoch)
+    return E(throttle_time_ms=0, topics=topics)
+
+
+D = DeleteRecordsResponse
+
+
+@api(21)
+async def handle_delete_records(ctx: Any, request: Any) -> Any:
+    broker = ctx.broker
+    topics = []
+    for t in request.topics:
+        out = D.DeleteRecordsTopicResult(name=t.name, partitions=[])
+        topics.append(out)
+        for p in t.partitions:
+            entry = D.DeleteRecordsPartitionResult(partition_index=p.partition_index, low_watermark=-1)
+            out.partitions.append(entry)
+            partition = broker.partitions.get(t.name, p.partition_index)
+            if partition is None:
+                entry.error_code = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                continue
+            # -1 means "up to the high watermark"
+            offset = partition.high_watermark if p.offset == -1 else p.offset
+            if offset < 0 or offset > partition.high_watermark:
+                entry.error_code = int(ErrorCode.OFFSET_OUT_OF_RANGE)
+                continue
+            try:
+                entry.low_watermark = partition.log.delete_records_before(offset, partition.high_watermark)
+            except KafkaError as exc:
+                entry.error_code = int(exc.code)
+    return D(throttle_time_ms=0, topics=topics)
