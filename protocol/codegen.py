@@ -5,6 +5,10 @@ one decoder `d_<Struct>(data, mv, pos) -> (obj, pos)` and one encoder `e_<Struct
 `w` appends a bytes-like part. Runs of fixed-size fields are packed/unpacked with one
 precompiled `struct.Struct`. Source is compiled with `compile()`/`exec` into a namespace holding
 the helpers below; nothing is written per version by hand.
+
+`MessageCodec.decoder()` prefers the C decoder of protocol/accel.py (protocol/_speedups.c walking
+a description of the same structs) when it is built and not disabled by KAFKA_PY_NO_SPEEDUPS=1;
+the generated Python decoder (`py_decoder()`) is the fallback and the reference it must equal.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from protocol import accel as _accel
 from protocol import primitives as P
 from protocol.errors import ProtocolError
 from protocol.schema import FieldSpec, MessageSpec, StructSpec
@@ -33,6 +38,27 @@ _FIXED = {
 _MISSING = object()
 
 
+_ZERO16 = bytes(16)
+_UUID_SLOTS = getattr(uuid.UUID, "__slots__", ())
+_UNKNOWN_SAFETY = uuid.SafeUUID.unknown
+
+
+def _uuid_from_bytes(raw: bytes) -> uuid.UUID:
+    """uuid.UUID(bytes=raw) without the cost of its checks (raw is always 16 bytes here)."""
+    if raw == _ZERO16:
+        return P.ZERO_UUID
+    u = object.__new__(uuid.UUID)
+    object.__setattr__(u, "int", int.from_bytes(raw, "big"))
+    object.__setattr__(u, "is_safe", _UNKNOWN_SAFETY)
+    return u
+
+
+if "int" not in _UUID_SLOTS or "is_safe" not in _UUID_SLOTS:  # another uuid implementation: be plain
+
+    def _uuid_from_bytes(raw: bytes) -> uuid.UUID:
+        return P.ZERO_UUID if raw == _ZERO16 else uuid.UUID(bytes=raw)
+
+
 class _Namespace(dict):  # type: ignore[type-arg]
     """Globals of generated code: helpers plus interned constants and Struct objects."""
 
@@ -44,8 +70,12 @@ class _Namespace(dict):  # type: ignore[type-arg]
             _uvb=P.encode_uvarint,
             _i32a=P.int32_array,
             _i64a=P.int64_array,
-            _uuid=self._uuid,
+            _uuid=_uuid_from_bytes,
             _UUID0=P.ZERO_UUID,
+            _new=object.__new__,
+            _A32=tuple(struct.Struct(">%di" % n) for n in range(64)),
+            _A64=tuple(struct.Struct(">%dq" % n) for n in range(64)),
+            _R16=struct.Struct("16s").unpack_from,
             _I16=P.INT16.unpack_from,
             _I32=P.INT32.unpack_from,
             _I8=P.INT8.unpack_from,
@@ -55,10 +85,6 @@ class _Namespace(dict):  # type: ignore[type-arg]
             _arr=self._array_struct,
         )
         self._consts: dict[Any, str] = {}
-
-    @staticmethod
-    def _uuid(raw: bytes) -> uuid.UUID:
-        return P.ZERO_UUID if raw == b"\x00" * 16 else uuid.UUID(bytes=raw)
 
     @staticmethod
     def _array_struct(code: str, n: int) -> struct.Struct:
@@ -122,6 +148,7 @@ class MessageCodec:
         self.ns = _Namespace()
         self.classes: dict[str, type] = {}
         self._decoders: dict[int, Callable[..., Any]] = {}
+        self._fast_decoders: dict[int, Callable[..., Any]] = {}
         self._encoders: dict[int, Callable[..., Any]] = {}
         self._build_classes()
         self.root_class = self.classes[spec.root.name]
@@ -191,6 +218,16 @@ class MessageCodec:
 
     # ----- codecs --------------------------------------------------------------------------
     def decoder(self, version: int) -> Callable[..., Any]:
+        """`(data, mv, pos) -> (obj, pos)`: the C decoder when available, else the Python one."""
+        if _accel.ENABLED:
+            fn = self._fast_decoders.get(version)
+            if fn is None:
+                fn = self._fast_decoders[version] = _accel.build_decoder(self, version)
+            return fn
+        return self.py_decoder(version)
+
+    def py_decoder(self, version: int) -> Callable[..., Any]:
+        """The generated pure-Python decoder (the reference the C decoder must equal)."""
         fn = self._decoders.get(version)
         if fn is None:
             fn = self._decoders[version] = self._generate(version)[0]
@@ -227,64 +264,71 @@ class MessageCodec:
         return local["d_%s_%d" % (spec.root.name, version)], local["e_%s_%d" % (spec.root.name, version)]
 
     # decoders -------------------------------------------------------------------------------
+    # Each struct's fields are stored straight into a fresh instance (`_new(K)` then slot stores,
+    # cheaper than calling the Python __init__), and arrays of structs decode their elements
+    # inline in the loop, so only the root and single struct fields cost a call. Names of
+    # locals carry the nesting depth so that inlined bodies never clobber their parents' state.
     def _gen_decoder(self, s: StructSpec, version: int, flex: bool) -> list[str]:
-        ns = self.ns
         em = _Emitter()
-        fields = [f for f in s.fields if version in f.versions]
-        regular = [f for f in fields if not (flex and version in f.tagged)]
-        tagged = [f for f in fields if flex and version in f.tagged]
+        self._decode_struct(em, s, version, flex, 0)
+        em("return o0, pos")
+        return ["def d_%s_%d(data, mv, pos):" % (s.name, version)] + em.lines
+
+    def _decode_struct(self, em: _Emitter, s: StructSpec, version: int, flex: bool, d: int) -> None:
+        ns = self.ns
+        o = "o%d" % d
+        em("%s = _new(%s)" % (o, ns.const(self.classes[s.name], "K")))
+        defaults: list[FieldSpec] = []
+        tagged: list[FieldSpec] = []
         run: list[FieldSpec] = []
 
         def flush_run() -> None:
             if not run:
                 return
             fmt = ">" + "".join(_FIXED[f.type][0] for f in run)
-            size = sum(_FIXED[f.type][1] for f in run)
             st = ns.const(struct.Struct(fmt), "S")
-            names = ", ".join("v_" + f.attr for f in run)
-            em("%s%s = %s.unpack_from(data, pos)" % (names, "," if len(run) == 1 else "", st))
-            em("pos += %d" % size)
+            names = ", ".join("%s.%s" % (o, f.attr) for f in run)
+            em("%s, = %s.unpack_from(data, pos)" % (names, st))
+            em("pos += %d" % sum(_FIXED[f.type][1] for f in run))
             for f in run:
                 if f.type == "uuid":
-                    em("v_%s = _uuid(v_%s)" % (f.attr, f.attr))
+                    em("%s.%s = _uuid(%s.%s)" % (o, f.attr, o, f.attr))
             run.clear()
 
-        for f in regular:
-            if _fixed(f):
-                run.append(f)
-                continue
-            flush_run()
-            self._decode_field(em, f, "v_" + f.attr, version, flex)
-        flush_run()
-        for f in tagged:
-            em("v_%s = %s" % (f.attr, _default_expr(ns, f, self.classes)))
-        if flex:
-            em("n = data[pos]")
-            em("pos += 1")
-            em("if n:")
-            with em.block():
-                em("if n >= 128: n, pos = _uv(data, pos - 1)")
-                em("for _ in range(n):")
-                with em.block():
-                    em("tag, pos = _uv(data, pos)")
-                    em("size, pos = _uv(data, pos)")
-                    em("end = pos + size")
-                    em("if end > len(data): raise _E('tagged field overruns the buffer')")
-                    first = True
-                    for f in tagged:
-                        em("%s tag == %d:" % ("if" if first else "elif", f.tag))
-                        first = False
-                        with em.block():
-                            self._decode_field(em, f, "v_" + f.attr, version, flex)
-                            em("if pos != end: raise _E('tagged field size mismatch')")
-                    em("pos = end")
-        args = []
         for f in s.fields:
-            args.append("v_" + f.attr if version in f.versions else _default_expr(ns, f, self.classes))
-        cls = ns.const(self.classes[s.name], "K")
-        header = ["def d_%s_%d(data, mv, pos):" % (s.name, version)]
-        em("return %s(%s), pos" % (cls, ", ".join(args)))
-        return header + em.lines
+            if version not in f.versions:
+                defaults.append(f)
+            elif flex and version in f.tagged:
+                defaults.append(f)
+                tagged.append(f)
+            elif _fixed(f):
+                run.append(f)
+            else:
+                flush_run()
+                self._decode_field(em, f, "%s.%s" % (o, f.attr), version, flex, d)
+        flush_run()
+        for f in defaults:
+            em("%s.%s = %s" % (o, f.attr, _default_expr(ns, f, self.classes)))
+        if not flex:
+            return
+        tn, tend = "tn%d" % d, "tend%d" % d
+        em("%s = data[pos]" % tn)
+        em("pos += 1")
+        em("if %s:" % tn)
+        with em.block():
+            em("if %s >= 128: %s, pos = _uv(data, pos - 1)" % (tn, tn))
+            em("for _ in range(%s):" % tn)
+            with em.block():
+                em("tag, pos = _uv(data, pos)")
+                em("size, pos = _uv(data, pos)")
+                em("%s = pos + size" % tend)
+                em("if %s > len(data): raise _E('tagged field overruns the buffer')" % tend)
+                for i, f in enumerate(tagged):
+                    em("%s tag == %d:" % ("elif" if i else "if", f.tag or 0))
+                    with em.block():
+                        self._decode_field(em, f, "%s.%s" % (o, f.attr), version, flex, d)
+                        em("if pos != %s: raise _E('tagged field %s size mismatch')" % (tend, f.name))
+                em("pos = %s" % tend)
 
     def _read_len(self, em: _Emitter, var: str, flex: bool, width: str) -> None:
         """Read a length prefix into `var`: -1 means null (both encodings normalised to -1)."""
@@ -300,26 +344,31 @@ class MessageCodec:
             em("%s, = _I32(data, pos)" % var)
             em("pos += 4")
 
-    def _decode_field(self, em: _Emitter, f: FieldSpec, target: str, version: int, flex: bool) -> None:
+    def _decode_field(self, em: _Emitter, f: FieldSpec, target: str, version: int, flex: bool, d: int) -> None:
         flex = flex if f.flexible is None else version in f.flexible
         nullable = version in f.nullable
         if f.is_array:
-            self._read_len(em, "n", flex, "i")
-            em("if n < 0:")
+            n = "n%d" % d
+            self._read_len(em, n, flex, "i")
+            em("if %s < 0:" % n)
             with em.block():
                 em("%s = None" % target if nullable else "raise _E('null array for non-nullable field %s')" % f.name)
+            em("elif not %s:" % n)
+            with em.block():
+                em("%s = []" % target)
             em("else:")
             with em.block():
-                self._decode_array(em, f, target, version, flex)
+                self._decode_array(em, f, target, version, flex, d)
             return
         if f.struct is not None:
+            call = "d_%s_%d(data, mv, pos)" % (f.struct.name, version)
             if nullable:
                 em("m, = _I8(data, pos)")
                 em("pos += 1")
                 em("if m < 0: %s = None" % target)
-                em("else: %s, pos = d_%s_%d(data, mv, pos)" % (target, f.struct.name, version))
+                em("else: %s, pos = %s" % (target, call))
             else:
-                em("%s, pos = d_%s_%d(data, mv, pos)" % (target, f.struct.name, version))
+                em("%s, pos = %s" % (target, call))
             return
         fixed = _FIXED.get(f.type)
         if fixed:
@@ -346,34 +395,36 @@ class MessageCodec:
                 em("%s = mv[pos:end]" % target)
             em("pos = end")
 
-    def _decode_array(self, em: _Emitter, f: FieldSpec, target: str, version: int, flex: bool) -> None:
+    def _decode_array(self, em: _Emitter, f: FieldSpec, target: str, version: int, flex: bool, d: int) -> None:
+        """Elements of a non-empty array whose length is in `n<d>`."""
+        n = "n%d" % d
         et = f.elem_type
         fixed = _FIXED.get(et)
-        em("if n > len(data) - pos: raise _E('array %s is longer than the buffer')" % f.name)
+        em("if %s > len(data) - pos: raise _E('array %s is longer than the buffer')" % (n, f.name))
         if fixed and et != "uuid":
             code, size = fixed
-            if et == "int32":
-                em("%s = list(_i32a(n).unpack_from(data, pos))" % target)
-            elif et == "int64":
-                em("%s = list(_i64a(n).unpack_from(data, pos))" % target)
+            if et in ("int32", "int64"):
+                small, big = ("_A32", "_i32a") if et == "int32" else ("_A64", "_i64a")
+                em("%s = list((%s[%s] if %s < 64 else %s(%s)).unpack_from(data, pos))" % (target, small, n, n, big, n))
             else:
-                em("%s = list(_arr(%r, n).unpack_from(data, pos))" % (target, code))
-            em("pos += %d * n" % size)
+                em("%s = list(_arr(%r, %s).unpack_from(data, pos))" % (target, code, n))
+            em("pos += %d * %s" % (size, n))
             return
-        em("%s = []" % target)
-        em("ap = %s.append" % target)
-        em("for _ in range(n):")
+        a, ap = "a%d" % d, "ap%d" % d
+        em("%s = %s = []" % (target, a))
+        em("%s = %s.append" % (ap, a))
+        em("for _ in range(%s):" % n)
         with em.block():
             if f.struct is not None:
-                em("o, pos = d_%s_%d(data, mv, pos)" % (f.struct.name, version))
-                em("ap(o)")
+                self._decode_struct(em, f.struct, version, flex, d + 1)
+                em("%s(o%d)" % (ap, d + 1))
             elif et == "uuid":
-                em("ap(_uuid(bytes(data[pos:pos + 16])))")
+                em("%s(_uuid(_R16(data, pos)[0]))" % ap)
                 em("pos += 16")
-            else:  # string / bytes
+            else:  # string / bytes / records; elements are nullable when the array is
                 elem = FieldSpec(f.name, f.attr, et, f.versions, f.nullable, f.tagged, None, None, False, f.flexible)
-                self._decode_field(em, elem, "o", version, flex)
-                em("ap(o)")
+                self._decode_field(em, elem, "o", version, flex, d + 1)
+                em("%s(o)" % ap)
 
     # encoders -------------------------------------------------------------------------------
     def _gen_encoder(self, s: StructSpec, version: int, flex: bool) -> list[str]:
@@ -411,7 +462,7 @@ class MessageCodec:
                     with em.block():
                         em("tb = []")
                         self._encode_field(em, f, "x", version, flex, "tb.append")
-                        em("tg.append((%d, b''.join(tb)))" % f.tag)
+                        em("tg.append((%d, b''.join(tb)))" % (f.tag or 0))
                 em("w(_uvb(len(tg)))")
                 em("for t, b in tg:")
                 with em.block():

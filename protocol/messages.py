@@ -47,14 +47,29 @@ def codec_of(message: Any) -> MessageCodec:
         raise TypeError("%r is not a top-level message" % type(message).__name__) from None
 
 
+_DECODERS: dict[tuple[str, int, bool], Any] = {}
+
+
+def _decoder(codec: MessageCodec, version: int) -> Any:
+    # cached per (message, version, accelerated) so a decode costs one dict lookup before the work
+    from protocol import accel
+
+    key = (codec.spec.name, version, accel.ENABLED)
+    fn = _DECODERS.get(key)
+    if fn is None:
+        if version not in codec.spec.valid_versions:
+            raise ProtocolError(
+                "%s has no version %d" % (codec.spec.name, version), ErrorCode.UNSUPPORTED_VERSION
+            )
+        fn = _DECODERS[key] = codec.decoder(version)
+    return fn
+
+
 def _decode(codec: MessageCodec, version: int, data: Any) -> Any:
-    if version not in codec.spec.valid_versions:
-        raise ProtocolError(
-            "%s has no version %d" % (codec.spec.name, version), ErrorCode.UNSUPPORTED_VERSION
-        )
+    fn = _decoder(codec, version)
     mv = data if isinstance(data, memoryview) else memoryview(data)
     try:
-        obj, pos = codec.decoder(version)(data, mv, 0)
+        obj, pos = fn(data, mv, 0)
     except ProtocolError:
         raise
     except _DECODE_ERRORS as exc:
