@@ -14,6 +14,9 @@ import structlog
 
 from broker.apis import load_handlers
 from broker.config import BrokerConfig, read_properties
+from broker.coordinator.group import GroupCoordinator, create_group_coordinator
+from broker.coordinator.log_writer import LogPartitionWriter
+from broker.coordinator.timer import AsyncioClock
 from broker.log import AppendOrigin, Log, LogCleaner, LogConfig, LogManager
 from broker.metadata import RESOURCE_TOPIC, MetadataStore, TopicInfo
 from broker.metrics import Metrics
@@ -25,6 +28,13 @@ from protocol.records import build_batch, decode_batch, iter_batches
 log = structlog.get_logger("broker")
 
 METADATA_TOPIC = "__cluster_metadata"
+OFFSETS_TOPIC = "__consumer_offsets"
+GROUP_CONFIG_KEYS = (
+    "offsets.topic.num.partitions", "group.min.session.timeout.ms", "group.max.session.timeout.ms",
+    "group.initial.rebalance.delay.ms", "group.max.size", "offset.metadata.max.bytes",
+    "offsets.retention.minutes", "offsets.retention.check.interval.ms",
+)
+PRODUCER_EXPIRATION_CHECK_S = 600.0  # Kafka's producer.id.expiration.check.interval.ms default
 
 
 def new_base64_uuid() -> str:
@@ -89,6 +99,7 @@ class Broker:
         self.default_log_config = LogConfig.from_broker_properties(config.raw)
         self.logs = LogManager(config.log_dirs, self.default_log_config, topic_config=self._topic_log_config)
         self.metadata: MetadataStore = None  # type: ignore[assignment]  # set in start()
+        self.group_coordinator: GroupCoordinator = None  # type: ignore[assignment]  # set in start()
         self.partitions = PartitionManager(self.logs)
         self.cleaner = LogCleaner()
         self.server = KafkaServer(self, int(config["socket.request.max.bytes"]), int(config["connections.max.idle.ms"]))
@@ -107,8 +118,10 @@ class Broker:
         stats = await asyncio.to_thread(self.logs.startup)
         self.metadata = MetadataStore(LogMetadataLog(self.logs.get_or_create_log(METADATA_TOPIC, 0)), self.node_id)
         self.metadata.load()
+        self.apply_dynamic_configs()  # logs were loaded before the metadata: give them their configs
         for info in list(self.metadata.topics.values()):
             self._ensure_partitions(info)
+        await self._start_group_coordinator()
         for listener in self.config.listeners:
             self.ports.append(await self.server.listen(listener.host, listener.port))
         port = int(self.config["metrics.port"])
@@ -118,6 +131,34 @@ class Broker:
         log.info("broker started", node_id=self.node_id, cluster_id=self.cluster_id, ports=self.ports,
                  log_dirs=self.config.log_dirs, topics=len(self.metadata.topics),
                  recovery_seconds=round(stats.seconds, 3), recovered_segments=stats.recovered_segments)
+
+    async def _start_group_coordinator(self) -> None:
+        """`__consumer_offsets` is an internal compacted topic of the metadata image (created at
+        first start rather than at the first FindCoordinator as Kafka does), so it is listed,
+        fetchable and keeps its compacted config across restarts."""
+        info = self.metadata.topic(OFFSETS_TOPIC)
+        if info is None:
+            configs = {
+                "cleanup.policy": "compact",
+                "compression.type": "producer",
+                "segment.bytes": str(self.config["offsets.topic.segment.bytes"]),
+            }
+            info = await self.create_topic(OFFSETS_TOPIC, int(self.config["offsets.topic.num.partitions"]), configs)
+
+        def log_for(index: int) -> Log:
+            return self.partitions.ensure(OFFSETS_TOPIC, index, info.topic_id).log
+
+        def on_append(index: int) -> None:
+            partition = self.partitions.get(OFFSETS_TOPIC, index)
+            if partition is not None:
+                partition.notify()
+
+        values = {key: self.config[key] for key in GROUP_CONFIG_KEYS}
+        values["offsets.topic.num.partitions"] = info.partitions
+        self.group_coordinator = create_group_coordinator(
+            LogPartitionWriter(log_for, on_append), values, AsyncioClock()
+        )
+        await self.group_coordinator.start()
 
     def _start_background(self) -> None:
         loop = asyncio.get_running_loop()
@@ -131,14 +172,22 @@ class Broker:
             jobs.append((int(self.config["log.cleaner.backoff.ms"]), self._clean_logs))
         for interval_ms, job in jobs:
             self._tasks.append(loop.create_task(self._every(interval_ms / 1000.0, job)))
+        # producer state belongs to the event loop thread: this one runs there
+        self._tasks.append(loop.create_task(self._every(PRODUCER_EXPIRATION_CHECK_S, self._expire_producers, False)))
 
-    async def _every(self, interval: float, job: Callable[[], Any]) -> None:
+    async def _every(self, interval: float, job: Callable[[], Any], in_thread: bool = True) -> None:
         while True:
             await asyncio.sleep(interval)
             try:
-                await asyncio.to_thread(job)
+                if in_thread:
+                    await asyncio.to_thread(job)
+                else:
+                    job()
             except Exception:
                 log.exception("background job failed", job=getattr(job, "__name__", str(job)))
+
+    def _expire_producers(self) -> None:
+        self.partitions.remove_expired_producers(int(self.clock() * 1000), int(self.config["producer.id.expiration.ms"]))
 
     def _clean_logs(self) -> None:
         for _, log_ in self.logs.logs.items():
@@ -158,6 +207,9 @@ class Broker:
         if self._stopping:
             return
         self._stopping = True
+        if self.group_coordinator is not None:
+            await self.group_coordinator.stop()  # parked JoinGroup/SyncGroup answered NOT_COORDINATOR
+        self.partitions.wake_all()  # long-polling fetches answer now with what they have
         await self.server.stop()
         for task in self._tasks:
             task.cancel()
@@ -165,6 +217,10 @@ class Broker:
         await asyncio.to_thread(self.logs.shutdown)
         self._stopped.set()
         log.info("broker stopped")
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
@@ -182,6 +238,20 @@ class Broker:
         config = self._topic_log_config(info.name)
         for index in range(info.partitions):
             self.partitions.ensure(info.name, index, info.topic_id, config)
+
+    def apply_dynamic_configs(self) -> None:
+        """Install the dynamic broker configs of the metadata image, rebuild the broker-wide log
+        defaults from them and push every topic's resulting config to its logs."""
+        dynamic = self.metadata.image.broker_configs
+        self.config.set_dynamic(dynamic.get("", {}), dynamic.get(str(self.node_id), {}))
+        self.default_log_config = LogConfig.from_broker_properties(self.config.effective_raw)
+        self.logs.default_config = self.default_log_config
+        configs: dict[str, LogConfig] = {}
+        for (topic, _), log_ in self.logs.logs.items():
+            if topic in self.metadata.topics:
+                if topic not in configs:
+                    configs[topic] = self._topic_log_config(topic) or self.default_log_config
+                log_.update_config(configs[topic])
 
     def validate_topic_configs(self, configs: dict[str, str]) -> LogConfig:
         return LogConfig.from_properties(configs, self.default_log_config)

@@ -24,7 +24,7 @@ class Prop:
     type: str  # string, int, long, double, boolean, list, class, password
     default: Any
     doc: str
-    read_only: bool = True
+    read_only: bool = True  # False: AlterConfigs may change it at runtime (a log default this broker honours)
     sensitive: bool = False
 
 
@@ -41,14 +41,16 @@ _PROPS: list[Prop] = [
     # logs
     Prop("log.dirs", "list", None, "Directories holding partition logs (falls back to log.dir)."),
     Prop("log.dir", "string", "/tmp/kafka-logs", "Directory holding partition logs when log.dirs is unset."),
-    Prop("num.partitions", "int", 1, "Partitions of an auto-created topic or of CreateTopics with -1.", False),
-    Prop("default.replication.factor", "int", 1, "Replication factor of auto-created topics.", False),
+    Prop("num.partitions", "int", 1, "Partitions of an auto-created topic or of CreateTopics with -1."),
+    Prop("default.replication.factor", "int", 1, "Replication factor of auto-created topics."),
     Prop("auto.create.topics.enable", "boolean", True, "Create unknown topics on Metadata requests."),
     Prop("delete.topic.enable", "boolean", True, "Allow DeleteTopics."),
     Prop("message.max.bytes", "int", 1048588, "Largest record batch accepted (topic: max.message.bytes).", False),
     Prop("log.segment.bytes", "int", 1073741824, "Segment size (topic: segment.bytes).", False),
     Prop("log.roll.ms", "long", None, "Segment age before a roll (topic: segment.ms).", False),
     Prop("log.roll.hours", "int", 168, "Segment age in hours when log.roll.ms is unset."),
+    Prop("log.roll.jitter.ms", "long", None, "Random jitter subtracted from the roll age (topic: segment.jitter.ms).", False),
+    Prop("log.roll.jitter.hours", "int", 0, "Roll jitter in hours when log.roll.jitter.ms is unset."),
     Prop("log.retention.ms", "long", None, "Retention by time (topic: retention.ms); -1 keeps forever.", False),
     Prop("log.retention.minutes", "int", None, "Retention in minutes when log.retention.ms is unset."),
     Prop("log.retention.hours", "int", 168, "Retention in hours when ms and minutes are unset."),
@@ -74,6 +76,15 @@ _PROPS: list[Prop] = [
     Prop("log.message.timestamp.after.max.ms", "long", 3600000, "Allowed future skew of a timestamp.", False),
     Prop("log.preallocate", "boolean", False, "Preallocate segment files.", False),
     Prop("compression.type", "string", "producer", "Compression of stored batches; producer keeps theirs.", False),
+    Prop("compression.gzip.level", "int", -1, "Gzip level when compression.type is gzip.", False),
+    Prop("compression.lz4.level", "int", 9, "Lz4 level when compression.type is lz4.", False),
+    Prop("compression.zstd.level", "int", 3, "Zstd level when compression.type is zstd.", False),
+    Prop("min.insync.replicas", "int", 1, "Replicas that must acknowledge an acks=all write (topic: min.insync.replicas).",
+         False),
+    Prop("unclean.leader.election.enable", "boolean", False, "Allow out-of-sync replicas to become leader.", False),
+    Prop("log.local.retention.ms", "long", -2, "Local retention with tiered storage; -2 follows retention.ms.", False),
+    Prop("log.local.retention.bytes", "long", -2, "Local retention with tiered storage; -2 follows retention.bytes.",
+         False),
     # coordinators
     Prop("offsets.topic.num.partitions", "int", 50, "Partitions of __consumer_offsets."),
     Prop("offsets.topic.replication.factor", "short", 1, "Replication factor of __consumer_offsets (Kafka: 3)."),
@@ -162,7 +173,9 @@ class BrokerConfig:
     def __init__(self, values: Mapping[str, Any] | None = None) -> None:
         self.values: dict[str, Any] = {}
         self.raw: dict[str, str] = {}  # explicitly set properties as text (topic-config synonyms need them)
-        self.dynamic: dict[str, Any] = {}
+        self.dynamic: dict[str, Any] = {}  # parsed dynamic values, per-broker over cluster-wide
+        self.dynamic_default: dict[str, str] = {}  # dynamic cluster-wide defaults (resource name "")
+        self.dynamic_broker: dict[str, str] = {}  # dynamic configs of this node (resource name = node id)
         for key, value in (values or {}).items():
             prop = PROPS.get(key)
             self.values[key] = _parse(prop, value) if prop else value
@@ -177,6 +190,21 @@ class BrokerConfig:
                 raise ValueError("--override expects key=value, got %r" % item)
             values[key.strip()] = value.strip()
         return cls(values)
+
+    def set_dynamic(self, cluster_default: Mapping[str, str], per_broker: Mapping[str, str]) -> None:
+        """Install the dynamic broker configs (AlterConfigs on the broker resource); a per-broker
+        value wins over a cluster-wide one, both over the static configuration."""
+        self.dynamic_default = dict(cluster_default)
+        self.dynamic_broker = dict(per_broker)
+        self.dynamic = {}
+        for key, value in {**self.dynamic_default, **self.dynamic_broker}.items():
+            prop = PROPS.get(key)
+            self.dynamic[key] = _parse(prop, value) if prop else value
+
+    @property
+    def effective_raw(self) -> dict[str, str]:
+        """Every explicitly set property as text, dynamic values over static ones."""
+        return {**self.raw, **self.dynamic_default, **self.dynamic_broker}
 
     def get(self, name: str) -> Any:
         if name in self.dynamic:

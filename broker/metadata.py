@@ -22,7 +22,7 @@ from protocol.primitives import encode_uvarint, read_uvarint
 FRAME_VERSION = 1
 INTERNAL_TOPICS = frozenset(["__consumer_offsets", "__transaction_state", "__share_group_state"])
 MAX_TOPIC_NAME = 249
-_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
@@ -53,22 +53,18 @@ def decode_record(data: bytes) -> Any:
 
 
 def validate_topic_name(name: str) -> None:
-    """Kafka's rules for topic names (INVALID_TOPIC_EXCEPTION when broken)."""
+    """Kafka's rules for topic names (INVALID_TOPIC_EXCEPTION when broken, with Kafka's messages)."""
+    reason = None
     if not name:
-        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name is illegal, it can't be empty")
-    if name in (".", ".."):
-        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name cannot be \".\" or \"..\"")
-    if len(name) > MAX_TOPIC_NAME:
-        raise KafkaError(
-            ErrorCode.INVALID_TOPIC_EXCEPTION,
-            "Topic name is illegal, it can't be longer than %d characters, topic name: %s" % (MAX_TOPIC_NAME, name),
-        )
-    if not _LEGAL_TOPIC.match(name):
-        raise KafkaError(
-            ErrorCode.INVALID_TOPIC_EXCEPTION,
-            "Topic name %s is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'"
-            % name,
-        )
+        reason = "the empty string is not allowed"
+    elif name in (".", ".."):
+        reason = "'%s' is not allowed" % name
+    elif len(name) > MAX_TOPIC_NAME:
+        reason = "the length of '%s' is longer than the max allowed length %d" % (name, MAX_TOPIC_NAME)
+    elif not _LEGAL_TOPIC.fullmatch(name):
+        reason = "'%s' contains one or more characters other than ASCII alphanumerics, '.', '_' and '-'" % name
+    if reason is not None:
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name is invalid: " + reason)
 
 
 @dataclass
@@ -89,7 +85,7 @@ class MetadataImage:
     def __init__(self) -> None:
         self.topics: dict[str, TopicInfo] = {}
         self.topics_by_id: dict[uuid.UUID, TopicInfo] = {}
-        self.broker_configs: dict[str, str] = {}
+        self.broker_configs: dict[str, dict[str, str]] = {}  # resource name ("" = cluster-wide) -> configs
         self.next_producer_id = 0
 
     def replay(self, record: Any) -> None:
@@ -110,7 +106,7 @@ class MetadataImage:
                 t = self.topics.get(record.resource_name)
                 target = t.configs if t is not None else None
             elif record.resource_type == RESOURCE_BROKER:
-                target = self.broker_configs
+                target = self.broker_configs.setdefault(record.resource_name, {})
             else:
                 target = None
             if target is not None:

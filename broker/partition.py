@@ -21,7 +21,13 @@ from broker.log import AppendResult, FetchDataInfo, Log, LogConfig, LogManager
 from broker.log.group_commit import GroupCommit
 from broker.producer_state import ProducerStateManager
 from protocol.errors import ErrorCode, KafkaError, ProtocolError
-from protocol.records import RECORD_BATCH_OVERHEAD, BatchHeader, iter_batches, parse_batch_header
+from protocol.records import (
+    RECORD_BATCH_OVERHEAD,
+    BatchHeader,
+    iter_batches,
+    parse_batch_header,
+    validate_batch,
+)
 
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
@@ -42,6 +48,11 @@ class Partition:
         self.topic_id = topic_id
         self.log = log
         self.producers = ProducerStateManager()
+        cache = log.epoch_cache
+        if cache.latest_epoch is None and cache.assign(log.leader_epoch, log.log_start_offset):
+            # as Kafka does on becoming leader: the epoch starts here, so OffsetForLeaderEpoch
+            # answers the log end offset even for a partition that never had data
+            cache.write()
         self.group_commit = GroupCommit(log.flush, log.recovery_point)
         self._waiters: set[asyncio.Future[None]] = set()
 
@@ -68,7 +79,12 @@ class Partition:
     def append_records(self, records: Any) -> ProduceResult:
         """Validate producer state, append, update state and wake fetchers (synchronous)."""
         try:
-            headers = [h for _, h in iter_batches(records, strict=True)]
+            batches = list(iter_batches(records, strict=True))
+            headers = [h for _, h in batches]
+            if any(h.producer_id >= 0 for h in headers):
+                # a corrupt batch is reported as such, not judged by the sequence it seems to carry
+                for pos, _ in batches:
+                    validate_batch(records, pos)
         except ProtocolError as exc:
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, str(exc)) from None
         for header in headers:
@@ -155,6 +171,16 @@ class PartitionManager:
             partition.rebuild_producer_state()
             self.partitions[(topic, index)] = partition
         return partition
+
+    def remove_expired_producers(self, now_ms: int, expiration_ms: int) -> None:
+        """producer.id.expiration.ms: forget idempotent producers idle that long."""
+        for partition in self.partitions.values():
+            partition.producers.remove_expired(now_ms, expiration_ms)
+
+    def wake_all(self) -> None:
+        """Wake every waiting fetch (shutdown)."""
+        for partition in self.partitions.values():
+            partition.notify()
 
     def remove_topic(self, topic: str) -> None:
         for key in [k for k in self.partitions if k[0] == topic]:

@@ -93,7 +93,7 @@ class ProducerStateManager:
                     "%d (request epoch), %d (seq. number), %d (current producer epoch)"
                     % (pid, epoch, first_seq, entry.epoch),
                 )
-        elif entry.batches and not in_sequence(entry.last_seq, first_seq):
+        elif entry.epoch != NO_EPOCH and not in_sequence(entry.last_seq, first_seq):
             raise KafkaError(
                 ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                 "Out of order sequence number for producer %d in partition: "

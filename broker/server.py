@@ -19,7 +19,7 @@ import structlog
 from broker.apis import APIS, error_response
 from protocol import frames
 from protocol.errors import ErrorCode, KafkaError, ProtocolError
-from protocol.messages import decode_request, encode_parts
+from protocol.messages import RESPONSES, decode_request, encode_parts
 
 log = structlog.get_logger("broker.server")
 
@@ -39,6 +39,14 @@ class RequestContext:
     client_port: int
     connection: Connection
     received: float = field(default_factory=time.monotonic)
+
+
+def _error_response(api_key: int, request: Any, code: ErrorCode, version: int) -> Any:
+    """A whole-request error response, or None when this version has no top-level error code."""
+    for f in RESPONSES[api_key].spec.root.fields:
+        if f.attr == "error_code" and version in f.versions:
+            return error_response(api_key, request, code, version)
+    return None
 
 
 class Connection(asyncio.Protocol):
@@ -152,21 +160,35 @@ class Connection(asyncio.Protocol):
             self.server.broker, header.api_key, header.api_version, header.correlation_id, header.client_id,
             self.peer[0], self.peer[1], self,
         )
+        failure: ErrorCode | None = None
         try:
             response = await api.handler(ctx, request)
         except asyncio.CancelledError:
             raise
         except KafkaError as exc:
-            response = error_response(header.api_key, request, exc.code, header.api_version)
+            failure = exc.code
         except Exception:
             log.exception("unexpected error handling request", api=api.name, version=header.api_version,
                           client_id=header.client_id)
-            response = error_response(header.api_key, request, ErrorCode.UNKNOWN_SERVER_ERROR, header.api_version)
-        if response is None:  # no response expected (acks=0) or none could be built
-            if header.api_key != 0:
+            failure = ErrorCode.UNKNOWN_SERVER_ERROR
+        if failure is not None:
+            response = _error_response(header.api_key, request, failure, header.api_version)
+            if response is None:
+                log.warning("closing connection: the failure of the request cannot be expressed in its response",
+                            api=api.name, version=header.api_version, error=failure.name)
                 self.close()
+                return
+        if response is None:  # the handler sends nothing back (Produce with acks=0)
             return
-        self._send(response, header, header.api_version, frames.response_header_version(header.api_key, header.api_version))
+        try:
+            self._send(response, header, header.api_version,
+                       frames.response_header_version(header.api_key, header.api_version))
+        except Exception:
+            # a response we cannot encode is a broker bug: the client would wait for it forever
+            log.exception("closing connection: cannot encode response", api=api.name, version=header.api_version,
+                          client_id=header.client_id)
+            self.close()
+            return
         log.debug(
             "request", client_id=header.client_id, api=api.name, version=header.api_version,
             correlation_id=header.correlation_id, latency_ms=round((time.monotonic() - ctx.received) * 1000, 3),
@@ -223,11 +245,11 @@ class KafkaServer:
             server.close()
         if self._reaper is not None:
             self._reaper.cancel()
-        deadline = time.monotonic() + grace
         for conn in list(self.connections):
             conn.draining = True
-        while any(c.worker is not None for c in self.connections) and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
+        in_flight = [c.worker for c in self.connections if c.worker is not None]
+        if in_flight:
+            await asyncio.wait(in_flight, timeout=grace)
         for conn in list(self.connections):
             conn.close()
         for server in self.servers:

@@ -32,9 +32,9 @@ class RequestHeader(NamedTuple):
 
 
 def request_header_version(api_key: int, api_version: int) -> int:
+    """As Kafka: flexible versions (open-ended, so also versions newer than ours) use header v2."""
     codec = REQUESTS.get(api_key)
-    if codec is None or api_version not in codec.spec.valid_versions:
-        # unknown api or version: fall back on the legacy layout so the correlation id is still known
+    if codec is None:
         return 1
     return 2 if codec.spec.is_flexible(api_version) else 1
 

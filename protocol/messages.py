@@ -65,7 +65,7 @@ def _decoder(codec: MessageCodec, version: int) -> Any:
     return fn
 
 
-def _decode(codec: MessageCodec, version: int, data: Any) -> Any:
+def _decode(codec: MessageCodec, version: int, data: Any, strict: bool = True) -> Any:
     fn = _decoder(codec, version)
     mv = data if isinstance(data, memoryview) else memoryview(data)
     try:
@@ -74,16 +74,18 @@ def _decode(codec: MessageCodec, version: int, data: Any) -> Any:
         raise
     except _DECODE_ERRORS as exc:
         raise ProtocolError("malformed %s v%d: %s" % (codec.spec.name, version, exc)) from None
-    if pos != len(data):
+    if strict and pos != len(data):
         raise ProtocolError("%d trailing bytes after %s v%d" % (len(data) - pos, codec.spec.name, version))
     return obj
 
 
-def decode_request(api_key: int, version: int, data: Any) -> Any:
+def decode_request(api_key: int, version: int, data: Any, strict: bool = False) -> Any:
+    """Kafka ignores bytes after a request body (librdkafka 2.16 leaves some after an "all topics"
+    Metadata request), so by default a request may carry trailing bytes."""
     codec = REQUESTS.get(api_key)
     if codec is None:
         raise ProtocolError("unknown api key %d" % api_key, ErrorCode.UNSUPPORTED_VERSION)
-    return _decode(codec, version, data)
+    return _decode(codec, version, data, strict)
 
 
 def decode_response(api_key: int, version: int, data: Any) -> Any:

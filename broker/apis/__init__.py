@@ -26,7 +26,18 @@ def error_response(api_key: int, request: Any, code: ErrorCode, version: int = 0
 
 def load_handlers() -> None:
     """Import every handler module so each registers its APIs."""
-    from broker.apis import api_versions, fetch, metadata, offsets_lookup, produce  # noqa: F401
+    from broker.apis import (  # noqa: F401
+        api_versions,
+        cluster,
+        configs,
+        fetch,
+        group,
+        metadata,
+        offsets,
+        offsets_lookup,
+        produce,
+        topics,
+    )
 
 
 __all__ = ["APIS", "Api", "api", "error_response", "load_handlers"]

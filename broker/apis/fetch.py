@@ -2,8 +2,9 @@
 
 A fetch that finds fewer than min_bytes waits on its partitions' append notifications (never a
 sleep loop) until enough arrived or max_wait_ms passed. Fetch sessions (KIP-227) are declined
-by answering session id 0, so clients keep sending full requests; a session id we never gave out
-is answered with FETCH_SESSION_ID_NOT_FOUND. Records are never null (librdkafka rejects that).
+by answering session id 0, so clients keep sending full requests (epoch 0 or -1); an incremental
+request (epoch > 0) is answered with FETCH_SESSION_ID_NOT_FOUND, since no session exists. Records
+are never null (librdkafka rejects that).
 """
 
 from __future__ import annotations
@@ -12,12 +13,15 @@ import asyncio
 import time
 from typing import Any
 
+import structlog
+
 from broker.apis.registry import api
 from broker.partition import READ_COMMITTED
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages import FetchResponse
 
 R = FetchResponse
+log = structlog.get_logger("broker.fetch")
 
 
 def _check_leader_epoch(partition: Any, current_leader_epoch: int) -> ErrorCode | None:
@@ -47,19 +51,27 @@ def _resolve(broker: Any, request: Any, version: int) -> list[_Target]:
         if version >= 13:
             info = broker.metadata.topic_by_id(t.topic_id)
             name = info.name if info is not None else None
-            missing = ErrorCode.UNKNOWN_TOPIC_ID
         else:
             name = t.topic
-            missing = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         for p in t.partitions:
             partition = broker.partitions.get(name, p.partition) if name is not None else None
-            error = missing if partition is None else _check_leader_epoch(partition, p.current_leader_epoch)
+            if partition is None:
+                # an unknown id, or a known topic without that partition
+                error: ErrorCode | None = ErrorCode.UNKNOWN_TOPIC_ID if name is None else \
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                error = _check_leader_epoch(partition, p.current_leader_epoch)
             targets.append(_Target(t.topic, t.topic_id, p, partition, error))
     return targets
 
 
 def _read_all(targets: list[_Target], request: Any, isolation: int) -> tuple[list[Any], int]:
-    """One pass over the partitions: their response entries and the bytes found."""
+    """One pass over the partitions: their response entries and the bytes found.
+
+    As Kafka: the response's max_bytes is shared in request order, the first partition with data
+    returns at least one batch even when larger than the limits, and a partition that failed
+    reports its error with unknown (-1) offsets.
+    """
     remaining = request.max_bytes
     total = 0
     out = []
@@ -74,17 +86,19 @@ def _read_all(targets: list[_Target], request: Any, isolation: int) -> tuple[lis
             entry.error_code = int(target.error)
             continue
         partition = target.partition
-        entry.high_watermark = partition.high_watermark
-        entry.last_stable_offset = partition.last_stable_offset
-        entry.log_start_offset = partition.log_start_offset
-        limit = min(p.partition_max_bytes, remaining)
-        if limit <= 0 and total > 0:
-            continue
         try:
-            info = partition.read(p.fetch_offset, max(limit, 0), isolation, min_one_message=total == 0)
+            info = partition.read(p.fetch_offset, max(min(p.partition_max_bytes, remaining), 0), isolation,
+                                  min_one_message=total == 0)
         except KafkaError as exc:
             entry.error_code = int(exc.code)
             continue
+        except OSError as exc:  # the disk failed the read
+            log.error("read failed", partition=repr(partition), error=str(exc))
+            entry.error_code = int(ErrorCode.KAFKA_STORAGE_ERROR)
+            continue
+        entry.high_watermark = partition.high_watermark
+        entry.last_stable_offset = partition.last_stable_offset
+        entry.log_start_offset = partition.log_start_offset
         size = len(info.records)
         if size:
             entry.records = info.records.read()
@@ -108,7 +122,9 @@ def _assemble(targets: list[_Target], entries: list[Any], version: int) -> list[
 @api(1)
 async def handle_fetch(ctx: Any, request: Any) -> Any:
     version = ctx.api_version
-    if version >= 7 and request.session_id != 0:
+    if version >= 7 and request.session_epoch not in (0, -1):
+        # an incremental fetch needs a session, and we never created one; epoch 0 (open) and -1
+        # (close, or sessionless) are full requests, answered in full with session id 0
         return R(throttle_time_ms=0, error_code=int(ErrorCode.FETCH_SESSION_ID_NOT_FOUND), session_id=0, responses=[])
     broker = ctx.broker
     isolation = request.isolation_level
@@ -116,7 +132,7 @@ async def handle_fetch(ctx: Any, request: Any) -> Any:
     entries, total = _read_all(targets, request, isolation)
     deadline = time.monotonic() + request.max_wait_ms / 1000.0
     waitable = [t.partition for t in targets if t.error is None]
-    while total < request.min_bytes and waitable and not any(e.error_code for e in entries):
+    while total < request.min_bytes and waitable and not broker.stopping and not any(e.error_code for e in entries):
         timeout = deadline - time.monotonic()
         if timeout <= 0:
             break

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from broker.apis.registry import api
+from broker.metadata import INTERNAL_TOPICS, validate_topic_name
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages import MetadataResponse
 
@@ -42,6 +43,15 @@ def topic_error(name: str | None, code: ErrorCode, topic_id: Any = None) -> Any:
     return t
 
 
+def _missing_topic_error(name: str) -> ErrorCode:
+    """As Kafka: an unknown topic whose name could never exist is INVALID_TOPIC_EXCEPTION."""
+    try:
+        validate_topic_name(name)
+    except KafkaError as exc:
+        return exc.code
+    return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
 @api(3)
 async def handle_metadata(ctx: Any, request: Any) -> Any:
     broker = ctx.broker
@@ -64,7 +74,9 @@ async def handle_metadata(ctx: Any, request: Any) -> Any:
                     topics.append(topic_metadata(broker, info, ops))
                 continue
             info = broker.metadata.topic(wanted.name)
-            if info is None and allow_create:
+            # internal topics are created by their coordinators, with their own partition counts
+            # and configs: a client's Metadata request must not create them with the defaults
+            if info is None and allow_create and wanted.name not in INTERNAL_TOPICS:
                 try:
                     info = await broker.create_topic(wanted.name, -1, {})
                 except KafkaError as exc:
@@ -73,7 +85,7 @@ async def handle_metadata(ctx: Any, request: Any) -> Any:
                         continue
                     info = broker.metadata.topic(wanted.name)
             if info is None:
-                topics.append(topic_error(wanted.name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                topics.append(topic_error(wanted.name, _missing_topic_error(wanted.name)))
             else:
                 topics.append(topic_metadata(broker, info, ops))
     host, port = broker.advertised()

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 from typing import Any
 
+import structlog
+
 from broker.apis.registry import api
-from protocol.errors import ErrorCode, KafkaError
+from protocol.compression import ZSTD
+from protocol.errors import ErrorCode, KafkaError, ProtocolError
 from protocol.messages import InitProducerIdResponse, ProduceResponse
+from protocol.records import MAGIC_OFFSET, iter_batches
 
 R = ProduceResponse
+log = structlog.get_logger("broker.produce")
 
 
 def _partition_error(index: int, code: ErrorCode, message: str | None = None) -> Any:
@@ -19,16 +25,36 @@ def _partition_error(index: int, code: ErrorCode, message: str | None = None) ->
     )
 
 
-async def _produce_partition(broker: Any, topic: str | None, index: int, records: Any) -> Any:
-    partition = broker.partitions.get(topic, index) if topic is not None else None
-    if partition is None:
-        return _partition_error(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-    if records is None or len(records) == 0:
-        return _partition_error(index, ErrorCode.CORRUPT_MESSAGE, "no records")
+def check_produce_records(version: int, records: Any) -> KafkaError | None:
+    """Kafka's request-level checks of one partition's records: exactly one complete RecordBatch
+    v2, and no zstd before v7 (the log validates the batch itself: CRC, sizes, timestamps)."""
+    try:
+        if records is not None and len(records) > MAGIC_OFFSET and records[MAGIC_OFFSET] in (0, 1):
+            return KafkaError(ErrorCode.INVALID_RECORD, "Produce requests with version %d are only allowed to "
+                              "contain record batches with magic version 2" % version)
+        batches = list(itertools.islice(iter_batches(records or b""), 2))
+    except ProtocolError as exc:
+        return KafkaError(ErrorCode.CORRUPT_MESSAGE, str(exc))
+    if not batches:
+        return KafkaError(ErrorCode.INVALID_RECORD, "Produce requests with version %d must have at least one "
+                          "record batch per partition" % version)
+    if version < 7 and batches[0][1].compression == ZSTD:
+        return KafkaError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, "Produce requests with version %d are not "
+                          "allowed to use ZStandard compression" % version)
+    if len(batches) > 1:
+        return KafkaError(ErrorCode.INVALID_RECORD, "Produce requests with version %d are only allowed to "
+                          "contain exactly one record batch per partition" % version)
+    return None
+
+
+async def _produce_partition(broker: Any, partition: Any, index: int, records: Any) -> Any:
     try:
         result = await partition.append(records)
     except KafkaError as exc:
         return _partition_error(index, exc.code, exc.message)
+    except OSError as exc:  # the disk failed the write or the fsync
+        log.error("append failed", partition=repr(partition), error=str(exc))
+        return _partition_error(index, ErrorCode.KAFKA_STORAGE_ERROR, str(exc))
     broker.metrics.bytes_in.inc(len(records))
     return R.PartitionProduceResponse(
         index=index, error_code=0, base_offset=result.base_offset, log_append_time_ms=result.log_append_time,
@@ -39,38 +65,43 @@ async def _produce_partition(broker: Any, topic: str | None, index: int, records
 @api(0)
 async def handle_produce(ctx: Any, request: Any) -> Any:
     broker = ctx.broker
-    if request.acks not in (0, 1, -1):
-        code: ErrorCode | None = ErrorCode.INVALID_REQUIRED_ACKS
-    elif request.transactional_id is not None:
-        code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED  # transactions are not served yet
-    else:
-        code = None
+    version = ctx.api_version
+    # transactions are not served yet: Kafka answers an unauthorized transactional id for every partition
+    fenced = request.transactional_id is not None
     responses = []
     pending = []
     for topic in request.topic_data:
-        if ctx.api_version >= 13:
+        if version >= 13:
             info = broker.metadata.topic_by_id(topic.topic_id)
             name = info.name if info is not None else None
-            missing = ErrorCode.UNKNOWN_TOPIC_ID
         else:
             name = topic.name
-            missing = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         out = R.TopicProduceResponse(name=topic.name, topic_id=topic.topic_id, partition_responses=[])
         responses.append(out)
         for p in topic.partition_data:
-            if code is not None:
+            # Kafka's order of checks: authorization, existence, the records, then acks
+            partition = broker.partitions.get(name, p.index) if name is not None else None
+            if fenced:
+                out.partition_responses.append(_partition_error(p.index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
+            elif partition is None:
+                code = ErrorCode.UNKNOWN_TOPIC_ID if name is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 out.partition_responses.append(_partition_error(p.index, code))
-            elif name is None:
-                out.partition_responses.append(_partition_error(p.index, missing))
+            elif (error := check_produce_records(version, p.records)) is not None:
+                out.partition_responses.append(_partition_error(p.index, error.code, error.message))
+            elif request.acks not in (0, 1, -1):
+                out.partition_responses.append(_partition_error(p.index, ErrorCode.INVALID_REQUIRED_ACKS))
             else:
-                pending.append((out, _produce_partition(broker, name, p.index, p.records)))
+                # a placeholder keeps the partitions in request order
+                pending.append((out.partition_responses, len(out.partition_responses),
+                                _produce_partition(broker, partition, p.index, p.records)))
+                out.partition_responses.append(None)
     if pending:
         if len(pending) == 1:
-            results = [await pending[0][1]]
+            results = [await pending[0][2]]
         else:
-            results = await asyncio.gather(*(c for _, c in pending))
-        for (out, _), result in zip(pending, results):
-            out.partition_responses.append(result)
+            results = await asyncio.gather(*(c for _, _, c in pending))
+        for (slots, i, _), result in zip(pending, results):
+            slots[i] = result
     if request.acks == 0:
         # no response; Kafka closes the connection when a fire-and-forget produce failed
         if any(p.error_code for t in responses for p in t.partition_responses):

@@ -1,0 +1,121 @@
+"""DescribeCluster (key 60), DescribeLogDirs (key 35) and DescribeProducers (key 61)."""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from typing import Any
+
+from broker.apis.metadata import CLUSTER_OPERATIONS
+from broker.apis.registry import api
+from broker.metadata import validate_topic_name
+from protocol.errors import ErrorCode, KafkaError
+from protocol.messages import DescribeClusterResponse, DescribeLogDirsResponse, DescribeProducersResponse
+
+ENDPOINT_BROKER = 1
+ENDPOINT_CONTROLLER = 2
+LONG_MAX = (1 << 63) - 1
+CLUSTER_METADATA_TOPIC = "__cluster_metadata"  # the metadata log lives in a log dir but is not a topic
+
+DC = DescribeClusterResponse
+
+
+@api(60)
+async def handle_describe_cluster(ctx: Any, request: Any) -> Any:
+    broker = ctx.broker
+    endpoint = request.endpoint_type if ctx.api_version >= 1 else ENDPOINT_BROKER
+    if endpoint not in (ENDPOINT_BROKER, ENDPOINT_CONTROLLER):
+        code = ErrorCode.INVALID_REQUEST if ctx.api_version == 0 else ErrorCode.UNSUPPORTED_ENDPOINT_TYPE
+        return DC(error_code=int(code), error_message="Unsupported endpoint type %d" % endpoint)
+    if endpoint != ENDPOINT_BROKER:
+        code = ErrorCode.INVALID_REQUEST if ctx.api_version == 0 else ErrorCode.MISMATCHED_ENDPOINT_TYPE
+        return DC(error_code=int(code), error_message="The request was sent to an endpoint of type BROKER, but we "
+                  "wanted an endpoint of type CONTROLLER")
+    host, port = broker.advertised()
+    return DC(
+        throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=ENDPOINT_BROKER,
+        cluster_id=broker.cluster_id, controller_id=broker.node_id,
+        brokers=[DC.DescribeClusterBroker(broker_id=broker.node_id, host=host, port=port,
+                                          rack=broker.config["broker.rack"], is_fenced=False)],
+        cluster_authorized_operations=(
+            CLUSTER_OPERATIONS if request.include_cluster_authorized_operations else -2147483648
+        ),
+    )
+
+
+L = DescribeLogDirsResponse
+
+
+def _disk_space(path: str) -> tuple[int, int]:
+    """Total and usable bytes of the file system holding `path` (what Java's FileStore reports)."""
+    st = os.statvfs(path)
+    return min(st.f_blocks * st.f_frsize, LONG_MAX), min(st.f_bavail * st.f_frsize, LONG_MAX)
+
+
+def describe_log_dir(broker: Any, log_dir: str, wanted: set[tuple[str, int]] | None) -> Any:
+    logs = broker.logs
+    topics: dict[str, list[Any]] = defaultdict(list)
+    for (topic, index), log in sorted(logs.logs.items()):
+        if topic == CLUSTER_METADATA_TOPIC or logs.log_dir_of(topic, index) != log_dir:
+            continue
+        if wanted is not None and (topic, index) not in wanted:
+            continue
+        topics[topic].append(L.DescribeLogDirsPartition(partition_index=index, partition_size=log.size,
+                                                        offset_lag=0, is_future_key=False))
+    try:
+        total, usable = _disk_space(log_dir)
+    except OSError:
+        return L.DescribeLogDirsResult(error_code=int(ErrorCode.KAFKA_STORAGE_ERROR), log_dir=log_dir, topics=[])
+    return L.DescribeLogDirsResult(
+        error_code=0, log_dir=log_dir, total_bytes=total, usable_bytes=usable,
+        topics=[L.DescribeLogDirsTopic(name=t, partitions=p) for t, p in topics.items()],
+    )
+
+
+@api(35)
+async def handle_describe_log_dirs(ctx: Any, request: Any) -> Any:
+    broker = ctx.broker
+    wanted = None
+    if request.topics is not None:
+        wanted = {(t.topic, p) for t in request.topics for p in t.partitions}
+    return L(throttle_time_ms=0, error_code=0,
+             results=[describe_log_dir(broker, d, wanted) for d in broker.logs.log_dirs])
+
+
+DP = DescribeProducersResponse
+
+
+def active_producers(partition: Any) -> list[Any]:
+    return [
+        DP.ProducerState(producer_id=pid, producer_epoch=entry.epoch, last_sequence=entry.last_seq,
+                         last_timestamp=entry.last_timestamp, coordinator_epoch=-1, current_txn_start_offset=-1)
+        for pid, entry in sorted(partition.producers.producers.items())
+    ]
+
+
+@api(61)
+async def handle_describe_producers(ctx: Any, request: Any) -> Any:
+    broker = ctx.broker
+    topics = []
+    for t in request.topics:
+        error: KafkaError | None = None
+        try:
+            validate_topic_name(t.name)
+        except KafkaError as exc:
+            error = exc
+        if error is None and broker.metadata.topic(t.name) is None:
+            error = KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
+        partitions = []
+        for index in t.partition_indexes:
+            partition = broker.partitions.get(t.name, index) if error is None else None
+            if error is not None:
+                partitions.append(DP.PartitionResponse(partition_index=index, error_code=int(error.code),
+                                                       error_message=error.message))
+            elif partition is None:
+                partitions.append(DP.PartitionResponse(partition_index=index,
+                                                       error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)))
+            else:
+                partitions.append(DP.PartitionResponse(partition_index=index, error_code=0,
+                                                       active_producers=active_producers(partition)))
+        topics.append(DP.TopicResponse(name=t.name, partitions=partitions))
+    return DP(throttle_time_ms=0, topics=topics)

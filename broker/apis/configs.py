@@ -1,0 +1,556 @@
+"""DescribeConfigs (key 32), AlterConfigs (key 33) and IncrementalAlterConfigs (key 44).
+
+Topics (resource type 2) and the broker (type 4) are served the way Kafka 4.x serves them:
+
+- A topic config's value resolves topic override -> dynamic per-broker synonym -> dynamic
+  cluster-wide synonym -> static synonym -> the topic default, and its synonyms are listed in
+  that order (Kafka's ConfigHelper, including its habit of dropping the lower-priority synonym
+  names when the first one is unset: `retention.ms` lists no synonym unless `log.retention.ms`
+  is set somewhere).
+- The broker resource is named by its node id (every config with its static or dynamic value)
+  or "" (only the cluster-wide dynamic defaults). Dynamic broker configs are accepted for the
+  log settings this broker honours (`Prop.read_only` false); they are persisted as ConfigRecords
+  and become the broker-wide defaults of every topic without an override at once.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from broker.apis.registry import api
+from broker.config import PROPS, BrokerConfig
+from broker.log.config import BROKER_SYNONYMS, TOPIC_CONFIGS
+from broker.metadata import RESOURCE_BROKER, RESOURCE_TOPIC, validate_topic_name
+from protocol.errors import ErrorCode, KafkaError
+from protocol.messages import (
+    AlterConfigsResponse,
+    DescribeConfigsResponse,
+    IncrementalAlterConfigsResponse,
+)
+
+RESOURCE_BROKER_LOGGER = 8
+
+# DescribeConfigsResponse.ConfigSource
+TOPIC_CONFIG = 1
+DYNAMIC_BROKER_CONFIG = 2
+DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+STATIC_BROKER_CONFIG = 4
+DEFAULT_CONFIG = 5
+
+# DescribeConfigsResponse.ConfigType
+CONFIG_TYPES = {
+    "boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5, "double": 6, "list": 7, "class": 8, "password": 9,
+}
+
+# IncrementalAlterConfigs operations
+OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+OP_NAMES = {OP_SET: "SET", OP_DELETE: "DELETE", OP_APPEND: "APPEND", OP_SUBTRACT: "SUBTRACT"}
+
+LONG_MAX = str((1 << 63) - 1)
+
+
+@dataclass(frozen=True)
+class TopicConfigDef:
+    type: str
+    default: str | None
+    doc: str
+
+
+# Kafka 4.2's topic configs: type, default (as Kafka renders it) and a short description.
+TOPIC_CONFIG_DEFS: dict[str, TopicConfigDef] = {
+    "cleanup.policy": TopicConfigDef("list", "delete", "delete, compact or both: how old segments are discarded."),
+    "compression.gzip.level": TopicConfigDef("int", "-1", "Gzip level when compression.type is gzip."),
+    "compression.lz4.level": TopicConfigDef("int", "9", "Lz4 level when compression.type is lz4."),
+    "compression.type": TopicConfigDef("string", "producer", "Codec of stored batches; producer keeps theirs."),
+    "compression.zstd.level": TopicConfigDef("int", "3", "Zstd level when compression.type is zstd."),
+    "delete.retention.ms": TopicConfigDef("long", "86400000", "How long tombstones stay in a compacted log."),
+    "file.delete.delay.ms": TopicConfigDef("long", "60000", "Delay before a deleted segment's files are removed."),
+    "flush.messages": TopicConfigDef("long", LONG_MAX, "Messages appended between two fsyncs."),
+    "flush.ms": TopicConfigDef("long", LONG_MAX, "Milliseconds between two fsyncs."),
+    "follower.replication.throttled.replicas": TopicConfigDef("list", "", "Replicas throttled on the follower."),
+    "index.interval.bytes": TopicConfigDef("int", "4096", "Bytes between two offset index entries."),
+    "leader.replication.throttled.replicas": TopicConfigDef("list", "", "Replicas throttled on the leader."),
+    "local.retention.bytes": TopicConfigDef("long", "-2", "Local retention by size with tiered storage."),
+    "local.retention.ms": TopicConfigDef("long", "-2", "Local retention by time with tiered storage."),
+    "max.compaction.lag.ms": TopicConfigDef("long", LONG_MAX, "Longest time a record stays uncompacted."),
+    "max.message.bytes": TopicConfigDef("int", "1048588", "Largest record batch the topic accepts."),
+    "message.timestamp.after.max.ms": TopicConfigDef("long", "3600000", "Allowed future skew of a timestamp."),
+    "message.timestamp.before.max.ms": TopicConfigDef("long", LONG_MAX, "Allowed age of a CreateTime timestamp."),
+    "message.timestamp.type": TopicConfigDef("string", "CreateTime", "CreateTime or LogAppendTime."),
+    "min.cleanable.dirty.ratio": TopicConfigDef("double", "0.5", "Dirty ratio that makes a log eligible for cleaning."),
+    "min.compaction.lag.ms": TopicConfigDef("long", "0", "Shortest time a record stays uncompacted."),
+    "min.insync.replicas": TopicConfigDef("int", "1", "Replicas that must acknowledge an acks=all write."),
+    "preallocate": TopicConfigDef("boolean", "false", "Preallocate segment files."),
+    "remote.log.copy.disable": TopicConfigDef("boolean", "false", "Stop copying segments to tiered storage."),
+    "remote.log.delete.on.disable": TopicConfigDef("boolean", "false", "Delete tiered data when it is disabled."),
+    "remote.storage.enable": TopicConfigDef("boolean", "false", "Tiered storage for this topic."),
+    "retention.bytes": TopicConfigDef("long", "-1", "Largest size of a partition before old segments go; -1: none."),
+    "retention.ms": TopicConfigDef("long", "604800000", "Age after which segments are deleted; -1: forever."),
+    "segment.bytes": TopicConfigDef("int", "1073741824", "Size of a segment file."),
+    "segment.index.bytes": TopicConfigDef("int", "10485760", "Size of a segment's offset index."),
+    "segment.jitter.ms": TopicConfigDef("long", "0", "Random jitter subtracted from segment.ms."),
+    "segment.ms": TopicConfigDef("long", "604800000", "Age after which the active segment rolls."),
+    "unclean.leader.election.enable": TopicConfigDef("boolean", "false", "Allow out-of-sync leaders."),
+}
+# Internal topic configs: valid, but described only when set.
+INTERNAL_TOPIC_CONFIG_DEFS = {
+    "internal.segment.bytes": TopicConfigDef("int", None, "Segment size below the 1 MiB floor, for tests."),
+}
+
+# topic config -> broker synonyms in priority order with the factor to milliseconds
+TOPIC_SYNONYMS: dict[str, list[tuple[str, int]]] = {
+    **BROKER_SYNONYMS,
+    "compression.gzip.level": [("compression.gzip.level", 1)],
+    "compression.lz4.level": [("compression.lz4.level", 1)],
+    "compression.zstd.level": [("compression.zstd.level", 1)],
+    "local.retention.ms": [("log.local.retention.ms", 1)],
+    "local.retention.bytes": [("log.local.retention.bytes", 1)],
+}
+
+# Broker configs that are one setting under several names (DynamicBrokerConfig.brokerConfigSynonyms)
+_BROKER_SYNONYM_GROUPS = [
+    ["log.roll.ms", "log.roll.hours"],
+    ["log.roll.jitter.ms", "log.roll.jitter.hours"],
+    ["log.retention.ms", "log.retention.minutes", "log.retention.hours"],
+]
+
+
+def broker_synonyms(name: str) -> list[str]:
+    for group in _BROKER_SYNONYM_GROUPS:
+        if name in group:
+            return group
+    if name == "log.flush.interval.ms":  # the scheduler interval is its fallback
+        return ["log.flush.interval.ms", "log.flush.scheduler.interval.ms"]
+    return [name]
+
+
+def render(value: Any) -> str | None:
+    """A config value as Kafka writes it (booleans in lower case, lists comma-separated)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+STATIC_DEFAULTS: dict[str, str] = {
+    p.name: v for p in PROPS.values() if (v := render(p.default)) is not None
+}
+
+
+def is_dynamic_broker_config(name: str) -> bool:
+    """Broker configs that AlterConfigs may change: the log settings this broker honours."""
+    prop = PROPS.get(name)
+    return prop is not None and not prop.read_only
+
+
+def _is_sensitive(name: str) -> bool:
+    prop = PROPS.get(name)
+    return prop is not None and (prop.sensitive or prop.type == "password")
+
+
+# ---------------------------------------------------------------------------------------------
+# Resolution and synonyms
+
+
+@dataclass(frozen=True)
+class Synonym:
+    name: str
+    value: str | None
+    source: int
+
+
+def _layers(config: BrokerConfig) -> list[tuple[Mapping[str, str], int]]:
+    return [
+        (config.dynamic_broker, DYNAMIC_BROKER_CONFIG),
+        (config.dynamic_default, DYNAMIC_DEFAULT_BROKER_CONFIG),
+        (config.raw, STATIC_BROKER_CONFIG),
+        (STATIC_DEFAULTS, DEFAULT_CONFIG),
+    ]
+
+
+def config_synonyms(config: BrokerConfig, name: str, names: list[str], sensitive: bool) -> list[Synonym]:
+    """Where `names` are set, by source then by name priority, from the first entry for `name` on."""
+    found = [
+        Synonym(n, None if sensitive else layer[n], source)
+        for layer, source in _layers(config)
+        for n in names
+        if n in layer
+    ]
+    for i, s in enumerate(found):
+        if s.name == name:
+            return found[i:]
+    return []
+
+
+def _normalise(name: str, value: str) -> str:
+    """A topic config value as Kafka renders it after parsing."""
+    d = TOPIC_CONFIG_DEFS.get(name) or INTERNAL_TOPIC_CONFIG_DEFS.get(name)
+    if d is None:
+        return value
+    text = value.strip()
+    if d.type == "boolean":
+        return text.lower()
+    if d.type == "list":
+        return ",".join(p.strip() for p in text.split(",") if p.strip())
+    if d.type in ("int", "long"):
+        try:
+            return str(int(text))
+        except ValueError:
+            return text
+    return text
+
+
+def _convert(value: str, factor: int) -> str:
+    if factor == 1:
+        return value
+    try:
+        number = int(value.strip())
+    except ValueError:
+        return value
+    return str(number * factor if number >= 0 else number)
+
+
+def resolve_topic_config(name: str, topic_props: Mapping[str, str], config: BrokerConfig) -> tuple[str | None, int]:
+    """(value, source) of one topic config: override, then broker synonyms layer by layer, then default."""
+    if name in topic_props:
+        return _normalise(name, topic_props[name]), TOPIC_CONFIG
+    synonyms = TOPIC_SYNONYMS.get(name, [])
+    for layer, source in _layers(config)[:3]:
+        for broker_name, factor in synonyms:
+            if broker_name in layer:
+                return _convert(layer[broker_name], factor), source
+    d = TOPIC_CONFIG_DEFS.get(name) or INTERNAL_TOPIC_CONFIG_DEFS.get(name)
+    return (d.default if d else None), DEFAULT_CONFIG
+
+
+def topic_config_names(topic_props: Mapping[str, str]) -> list[str]:
+    names = set(TOPIC_CONFIG_DEFS) | set(topic_props)
+    return sorted(names)
+
+
+def effective_topic_configs(topic_props: Mapping[str, str], config: BrokerConfig) -> list[tuple[str, str | None, int]]:
+    """Every config of a topic with its value and source, as CreateTopics v5+ returns them."""
+    return [(n, *resolve_topic_config(n, topic_props, config)) for n in topic_config_names(topic_props)]
+
+
+# ---------------------------------------------------------------------------------------------
+# DescribeConfigs
+
+D = DescribeConfigsResponse
+
+
+def _config_type(type_name: str | None) -> int:
+    return CONFIG_TYPES.get(type_name or "", 0)
+
+
+def _wanted(keys: list[str] | None, name: str) -> bool:
+    return not keys or name in keys
+
+
+def describe_topic(
+    topic_props: Mapping[str, str], config: BrokerConfig, keys: list[str] | None, synonyms: bool, docs: bool
+) -> list[Any]:
+    out = []
+    for name in topic_config_names(topic_props):
+        if not _wanted(keys, name):
+            continue
+        value, _ = resolve_topic_config(name, topic_props, config)
+        found: list[Synonym] = []
+        broker_names = TOPIC_SYNONYMS.get(name)
+        if broker_names:
+            first = broker_names[0][0]
+            found = config_synonyms(config, first, broker_synonyms(first), False)
+        if name in topic_props:
+            found = [Synonym(name, value, TOPIC_CONFIG), *found]
+        d = TOPIC_CONFIG_DEFS.get(name) or INTERNAL_TOPIC_CONFIG_DEFS.get(name)
+        out.append(D.DescribeConfigsResourceResult(
+            name=name, value=value, read_only=False, config_source=found[0].source if found else DEFAULT_CONFIG,
+            is_sensitive=False, synonyms=_synonym_results(found) if synonyms else [],
+            config_type=_config_type(d.type if d else None), documentation=d.doc if docs and d else None,
+        ))
+    return out
+
+
+def _synonym_results(found: Iterable[Synonym]) -> list[Any]:
+    return [D.DescribeConfigsSynonym(name=s.name, value=s.value, source=s.source) for s in found]
+
+
+def broker_config_value(config: BrokerConfig, name: str) -> str | None:
+    for layer, _ in _layers(config):
+        if name in layer:
+            return layer[name]
+    return None
+
+
+def describe_broker(
+    config: BrokerConfig, per_broker: bool, keys: list[str] | None, synonyms: bool, docs: bool
+) -> list[Any]:
+    """A node's configs (per_broker) or the cluster-wide dynamic defaults (resource name "")."""
+    if per_broker:
+        names = sorted(set(PROPS) | set(config.raw) | set(config.dynamic_default) | set(config.dynamic_broker))
+    else:
+        names = sorted(config.dynamic_default)
+    out = []
+    for name in names:
+        if not _wanted(keys, name):
+            continue
+        sensitive = _is_sensitive(name)
+        value = None if sensitive else (broker_config_value(config, name) if per_broker
+                                         else config.dynamic_default.get(name))
+        found = config_synonyms(config, name, broker_synonyms(name), sensitive)
+        if not per_broker:
+            found = [s for s in found if s.source == DYNAMIC_DEFAULT_BROKER_CONFIG]
+        prop = PROPS.get(name)
+        out.append(D.DescribeConfigsResourceResult(
+            name=name, value=value, read_only=not is_dynamic_broker_config(name),
+            config_source=found[0].source if found else DEFAULT_CONFIG, is_sensitive=sensitive,
+            synonyms=_synonym_results(found) if synonyms else [],
+            config_type=_config_type(prop.type if prop else None), documentation=prop.doc if docs and prop else None,
+        ))
+    return out
+
+
+def _broker_id(name: str, node_id: int, what: str) -> None:
+    try:
+        value = int(name)
+    except ValueError:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "%s must be an integer, but it is: %s" % (what, name)) from None
+    if value != node_id:
+        expected = "%d or empty string" % node_id if what == "Broker id" else str(node_id)
+        raise KafkaError(ErrorCode.INVALID_REQUEST,
+                         "Unexpected broker id, expected %s, but received %s" % (expected, name))
+
+
+def _describe_resource(broker: Any, resource: Any, synonyms: bool, docs: bool) -> Any:
+    rtype, name, keys = resource.resource_type, resource.resource_name, resource.configuration_keys
+    if rtype == RESOURCE_TOPIC:
+        validate_topic_name(name)
+        info = broker.metadata.topic(name)
+        if info is None:
+            return D.DescribeConfigsResult(error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), configs=[])
+        return D.DescribeConfigsResult(configs=describe_topic(info.configs, broker.config, keys, synonyms, docs))
+    if rtype == RESOURCE_BROKER:
+        if name:
+            _broker_id(name, broker.node_id, "Broker id")
+        return D.DescribeConfigsResult(configs=describe_broker(broker.config, bool(name), keys, synonyms, docs))
+    raise KafkaError(ErrorCode.INVALID_REQUEST, "Unsupported resource type: %s" % _type_name(rtype))
+
+
+def _type_name(rtype: int) -> str:
+    names = {0: "UNKNOWN", 2: "TOPIC", 4: "BROKER", 8: "BROKER_LOGGER", 16: "CLIENT_METRICS", 32: "GROUP"}
+    return names.get(rtype, "UNKNOWN")
+
+
+@api(32)
+async def handle_describe_configs(ctx: Any, request: Any) -> Any:
+    docs = ctx.api_version >= 3 and request.include_documentation
+    results = []
+    for resource in request.resources:
+        try:
+            result = _describe_resource(ctx.broker, resource, request.include_synonyms, docs)
+        except KafkaError as exc:
+            result = D.DescribeConfigsResult(error_code=int(exc.code), error_message=exc.message, configs=[])
+        result.resource_type = resource.resource_type
+        result.resource_name = resource.resource_name
+        results.append(result)
+    return D(throttle_time_ms=0, results=results)
+
+
+# ---------------------------------------------------------------------------------------------
+# AlterConfigs / IncrementalAlterConfigs
+
+
+def _scala_set(names: Iterable[str]) -> str:
+    return "Set(%s)" % ", ".join(sorted(names))
+
+
+def validate_broker_configs(props: Mapping[str, str]) -> None:
+    """The whole set of dynamic configs of a broker resource (INVALID_REQUEST when refused, as Kafka)."""
+    refused = [n for n in props if not is_dynamic_broker_config(n)]
+    if refused:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "Cannot update these configs dynamically: " + _scala_set(refused))
+    for name, value in props.items():
+        try:
+            _validate_broker_value(name, value)
+        except KafkaError as exc:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, exc.message) from None
+
+
+def _validate_broker_value(name: str, value: str) -> None:
+    prop = PROPS[name]
+    text = value.strip()
+    kind = {"int": "INT", "long": "LONG", "short": "SHORT", "double": "DOUBLE"}.get(prop.type)
+    if kind is not None:
+        try:
+            float(text) if prop.type == "double" else int(text)
+        except ValueError:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, "Invalid value %s for configuration %s: Not a number of type %s"
+                             % (value, name, kind)) from None
+    elif prop.type == "boolean" and text.lower() not in ("true", "false"):
+        raise KafkaError(ErrorCode.INVALID_CONFIG, "Invalid value %s for configuration %s: Expected value to be "
+                         "either true or false" % (value, name))
+    # the ranges and choices are those of the topic config the setting defaults
+    for topic_name, synonyms in TOPIC_SYNONYMS.items():
+        if synonyms[0][0] == name and topic_name in TOPIC_CONFIGS:
+            TOPIC_CONFIGS[topic_name].parse(name, value)
+
+
+def _list_parts(value: str | None) -> list[str]:
+    return [p for p in (value or "").split(",") if p]
+
+
+def apply_incremental(
+    current: Mapping[str, str], ops: list[tuple[str, int, str | None]], list_type: Any, default: Any, broker: bool
+) -> dict[str, str | None]:
+    """The new values (None: removed) of the keys named by SET/DELETE/APPEND/SUBTRACT operations."""
+    changes: dict[str, str | None] = {}
+    for name, op, value in ops:
+        old = changes[name] if name in changes else current.get(name)
+        if op == OP_SET:
+            changes[name] = value
+        elif op == OP_DELETE:
+            changes[name] = None
+        elif op in (OP_APPEND, OP_SUBTRACT):
+            if not list_type(name):
+                if broker:
+                    raise KafkaError(ErrorCode.INVALID_CONFIG, "Config value %s is not allowed for config key: %s"
+                                     % ("append" if op == OP_APPEND else "subtract", name))
+                raise KafkaError(ErrorCode.INVALID_CONFIG, "Can't %s to key %s because its type is not LIST."
+                                 % (OP_NAMES[op], name))
+            parts = _list_parts(old if old is not None else default(name))
+            given = (value or "").split(",")
+            if op == OP_APPEND:
+                parts += [v for v in given if v not in parts]
+            else:
+                for v in given:
+                    if v in parts:
+                        parts.remove(v)
+            changes[name] = ",".join(parts)
+        else:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, "Unknown operations type %d" % op)
+    return changes
+
+
+def _topic_list_type(name: str) -> bool:
+    d = TOPIC_CONFIG_DEFS.get(name)
+    return d is not None and d.type == "list"
+
+
+def _topic_default(name: str) -> str | None:
+    d = TOPIC_CONFIG_DEFS.get(name)
+    return d.default if d else None
+
+
+def _broker_list_type(name: str) -> bool:
+    prop = PROPS.get(name)
+    if prop is None:
+        raise KafkaError(ErrorCode.INVALID_CONFIG, "Unknown config name: %s" % name)
+    return prop.type == "list"
+
+
+def validate_topic_configs(broker: Any, props: Mapping[str, str]) -> None:
+    """Kafka's LogConfig validation of a topic's whole set of configs (INVALID_CONFIG)."""
+    for name in props:
+        if name not in TOPIC_CONFIG_DEFS and name not in INTERNAL_TOPIC_CONFIG_DEFS:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, "Unknown topic config name: %s" % name)
+    broker.validate_topic_configs(dict(props))
+
+
+def _check_resource(request_configs: list[Any], nulls_allowed: Any) -> None:
+    counts = Counter(c.name for c in request_configs)
+    if any(n > 1 for n in counts.values()):
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
+    nulls = [c.name for c in request_configs if c.value is None and not nulls_allowed(c)]
+    if nulls:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "Null value not supported for : " + ", ".join(nulls))
+
+
+def _alter_topic(broker: Any, name: str, new_configs: dict[str, str], changes: dict[str, str | None],
+                 validate_only: bool) -> None:
+    if not name:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "Default topic resources are not allowed.")
+    validate_topic_name(name)
+    validate_topic_configs(broker, new_configs)
+    if broker.metadata.topic(name) is None:
+        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The topic '%s' does not exist." % name)
+    if not validate_only and changes:
+        broker.alter_topic_configs(name, changes)
+
+
+def _alter_broker(broker: Any, name: str, new_configs: dict[str, str], changes: dict[str, str | None],
+                  validate_only: bool) -> None:
+    validate_broker_configs(new_configs)
+    if not validate_only and changes:
+        broker.metadata.set_configs(RESOURCE_BROKER, name, changes)
+        broker.apply_dynamic_configs()
+
+
+def _current_configs(broker: Any, rtype: int, name: str) -> dict[str, str]:
+    if rtype == RESOURCE_TOPIC:
+        info = broker.metadata.topic(name)
+        return dict(info.configs) if info is not None else {}
+    return dict(broker.metadata.image.broker_configs.get(name, {}))
+
+
+def _alter_resource(broker: Any, resource: Any, validate_only: bool, incremental: bool) -> None:
+    rtype, name = resource.resource_type, resource.resource_name
+    if incremental:
+        _check_resource(resource.configs, lambda c: c.config_operation == OP_DELETE)
+    else:
+        _check_resource(resource.configs, lambda c: False)
+    if rtype == RESOURCE_BROKER:
+        if name:
+            _broker_id(name, broker.node_id, "Node id")
+    elif rtype != RESOURCE_TOPIC:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "Unknown resource type %d" % rtype)
+    current = _current_configs(broker, rtype, name)
+    if incremental:
+        ops = [(c.name, c.config_operation, c.value) for c in resource.configs]
+        if rtype == RESOURCE_TOPIC:
+            changes = apply_incremental(current, ops, _topic_list_type, _topic_default, broker=False)
+        else:
+            changes = apply_incremental(current, ops, _broker_list_type, STATIC_DEFAULTS.get, broker=True)
+    else:
+        # the legacy API replaces the whole set: what is not named is removed
+        changes = {c.name: c.value for c in resource.configs}
+        changes.update({k: None for k in current if k not in changes})
+    new_configs = {k: v for k, v in {**current, **changes}.items() if v is not None}
+    if rtype == RESOURCE_TOPIC:
+        _alter_topic(broker, name, new_configs, changes, validate_only)
+    else:
+        _alter_broker(broker, name, new_configs, changes, validate_only)
+
+
+def _alter(ctx: Any, request: Any, incremental: bool, cls: Any) -> Any:
+    keys = Counter((r.resource_type, r.resource_name) for r in request.resources)
+    responses = []
+    for resource in request.resources:
+        error: KafkaError | None = None
+        if keys[(resource.resource_type, resource.resource_name)] > 1:
+            error = KafkaError(ErrorCode.INVALID_REQUEST, "Each resource must appear at most once.")
+        else:
+            try:
+                _alter_resource(ctx.broker, resource, request.validate_only, incremental)
+            except KafkaError as exc:
+                error = exc
+        responses.append(cls.AlterConfigsResourceResponse(
+            error_code=int(error.code) if error else 0, error_message=error.message if error else None,
+            resource_type=resource.resource_type, resource_name=resource.resource_name,
+        ))
+    return cls(throttle_time_ms=0, responses=responses)
+
+
+@api(33)
+async def handle_alter_configs(ctx: Any, request: Any) -> Any:
+    return _alter(ctx, request, False, AlterConfigsResponse)
+
+
+@api(44)
+async def handle_incremental_alter_configs(ctx: Any, request: Any) -> Any:
+    return _alter(ctx, request, True, IncrementalAlterConfigsResponse)

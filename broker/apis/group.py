@@ -1,0 +1,167 @@
+"""Classic group APIs: FindCoordinator (10), JoinGroup (11), Heartbeat (12), LeaveGroup (13),
+SyncGroup (14), DescribeGroups (15), ListGroups (16), DeleteGroups (42).
+
+Decode is done by the server; these handlers adapt each version to the group coordinator
+(`broker.group_coordinator`, a broker.coordinator.group.GroupCoordinator) and fix per-version
+details of the responses, as Kafka's request/response classes do.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from broker.apis.registry import api
+from broker.coordinator.group import RequestInfo
+from protocol import messages as M
+from protocol.errors import ErrorCode, KafkaError
+
+E = ErrorCode
+
+KEY_TYPE_GROUP = 0
+KEY_TYPE_TRANSACTION = 1
+KEY_TYPE_SHARE = 2
+# Without an authorizer every operation is allowed; Kafka then reports those a group supports:
+# READ, DELETE, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS (AclOperation codes as bit positions).
+GROUP_OPERATIONS = sum(1 << op for op in (3, 6, 8, 10, 11))
+_SHARE_KEY = re.compile(r"^.+:[A-Za-z0-9_-]{22}:\d+$")  # groupId:topicId:partition
+
+_MESSAGES = {
+    E.NONE: "NONE",  # what Kafka puts in FindCoordinator's error message on success
+    E.INVALID_REQUEST: "Unsupported coordinator key type or malformed key.",
+    E.COORDINATOR_NOT_AVAILABLE: "The coordinator is not available.",
+}
+
+
+def coordinator_of(ctx: Any) -> Any:
+    coordinator = getattr(ctx.broker, "group_coordinator", None)
+    if coordinator is None:
+        raise KafkaError(E.COORDINATOR_NOT_AVAILABLE)
+    return coordinator
+
+
+def request_info(ctx: Any) -> RequestInfo:
+    # Kafka reports the client's address as Java's InetAddress prints it: "/127.0.0.1".
+    return RequestInfo(client_id=ctx.client_id or "", client_host="/" + ctx.client_host, api_version=ctx.api_version)
+
+
+# ----- FindCoordinator -------------------------------------------------------------------
+def _find(ctx: Any, key_type: int, key: str) -> ErrorCode:
+    """This single broker coordinates every group, transactional id and share partition."""
+    if key_type == KEY_TYPE_GROUP:
+        return E.NONE if getattr(ctx.broker, "group_coordinator", None) is not None else E.COORDINATOR_NOT_AVAILABLE
+    if key_type == KEY_TYPE_TRANSACTION:
+        return E.NONE
+    if key_type == KEY_TYPE_SHARE:
+        return E.NONE if ctx.api_version >= 6 and _SHARE_KEY.match(key) else E.INVALID_REQUEST
+    return E.INVALID_REQUEST
+
+
+@api(10)
+async def handle_find_coordinator(ctx: Any, request: Any) -> Any:
+    host, port = ctx.broker.advertised()
+    node = ctx.broker.node_id
+    R = M.FindCoordinatorResponse
+    if ctx.api_version >= 4:
+        coordinators = []
+        for key in request.coordinator_keys:
+            code = _find(ctx, request.key_type, key)
+            ok = code is E.NONE
+            coordinators.append(R.Coordinator(
+                key=key, node_id=node if ok else -1, host=host if ok else "", port=port if ok else -1,
+                error_code=code, error_message=_MESSAGES.get(code, code.name),
+            ))
+        return R(coordinators=coordinators)
+    code = _find(ctx, request.key_type, request.key)
+    ok = code is E.NONE
+    return R(error_code=code, error_message=_MESSAGES.get(code, code.name), node_id=node if ok else -1,
+             host=host if ok else "", port=port if ok else -1)
+
+
+# ----- JoinGroup / SyncGroup / Heartbeat / LeaveGroup ------------------------------------
+@api(11)
+async def handle_join_group(ctx: Any, request: Any) -> Any:
+    version = ctx.api_version
+    if version == 0:
+        request.rebalance_timeout_ms = request.session_timeout_ms  # v0 has none: the session timeout
+    try:
+        response = await coordinator_of(ctx).join_group(request, request_info(ctx))
+    except KafkaError as exc:
+        response = M.JoinGroupResponse(error_code=exc.code, protocol_type=None, protocol_name=None)
+    # Before v7 the protocol name is not nullable; from v7 an empty one is sent as null.
+    if version < 7 and response.protocol_name is None:
+        response.protocol_name = ""
+    elif version >= 7 and response.protocol_name == "":
+        response.protocol_name = None
+    return response
+
+
+@api(14)
+async def handle_sync_group(ctx: Any, request: Any) -> Any:
+    if ctx.api_version >= 5 and (request.protocol_type is None or request.protocol_name is None):
+        return M.SyncGroupResponse(error_code=E.INCONSISTENT_GROUP_PROTOCOL)
+    try:
+        return await coordinator_of(ctx).sync_group(request, request_info(ctx))
+    except KafkaError as exc:
+        return M.SyncGroupResponse(error_code=exc.code)
+
+
+@api(12)
+async def handle_heartbeat(ctx: Any, request: Any) -> Any:
+    try:
+        return await coordinator_of(ctx).heartbeat(request)
+    except KafkaError as exc:
+        return M.HeartbeatResponse(error_code=exc.code)
+
+
+@api(13)
+async def handle_leave_group(ctx: Any, request: Any) -> Any:
+    version = ctx.api_version
+    if version >= 3:
+        identities = request.members
+    else:
+        identities = [M.LeaveGroupRequest.MemberIdentity(member_id=request.member_id, group_instance_id=None)]
+    try:
+        response = await coordinator_of(ctx).leave_group(request.group_id, identities)
+    except KafkaError as exc:
+        response = M.LeaveGroupResponse(error_code=exc.code)
+    if version < 3:
+        # One member and no member list: its error becomes the response's.
+        code = response.error_code or next((m.error_code for m in response.members if m.error_code), E.NONE)
+        return M.LeaveGroupResponse(error_code=code)
+    return response
+
+
+# ----- DescribeGroups / ListGroups / DeleteGroups ----------------------------------------
+@api(15)
+async def handle_describe_groups(ctx: Any, request: Any) -> Any:
+    try:
+        groups = await coordinator_of(ctx).describe_groups(list(request.groups), ctx.api_version)
+    except KafkaError as exc:
+        groups = [M.DescribeGroupsResponse.DescribedGroup(group_id=g, error_code=exc.code) for g in request.groups]
+    if ctx.api_version >= 3 and request.include_authorized_operations:
+        for g in groups:
+            if g.error_code == E.NONE:
+                g.authorized_operations = GROUP_OPERATIONS
+    return M.DescribeGroupsResponse(groups=groups)
+
+
+@api(16)
+async def handle_list_groups(ctx: Any, request: Any) -> Any:
+    states = list(request.states_filter) if ctx.api_version >= 4 else []
+    types = list(request.types_filter) if ctx.api_version >= 5 else []
+    try:
+        code, groups = await coordinator_of(ctx).list_groups(states, types)
+    except KafkaError as exc:
+        code, groups = exc.code, []
+    return M.ListGroupsResponse(error_code=code, groups=groups)
+
+
+@api(42)
+async def handle_delete_groups(ctx: Any, request: Any) -> Any:
+    group_ids = list(dict.fromkeys(request.groups_names))  # duplicates are deleted once
+    try:
+        results = await coordinator_of(ctx).delete_groups(group_ids)
+    except KafkaError as exc:
+        results = [M.DeleteGroupsResponse.DeletableGroupResult(group_id=g, error_code=exc.code) for g in group_ids]
+    return M.DeleteGroupsResponse(results=results)

@@ -1,0 +1,212 @@
+"""Committed-offset APIs: OffsetCommit (8), OffsetFetch (9), OffsetDelete (47).
+
+As in Kafka's KafkaApis: topics are checked against the metadata first (unknown topic ids get
+UNKNOWN_TOPIC_ID, unknown topics or partitions UNKNOWN_TOPIC_OR_PARTITION for commits and
+deletes), v10 topic ids are resolved to names for the coordinator, and the single-group form of
+OffsetFetch v1-v7 is served through the multi-group form of v8+.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from broker.apis.group import coordinator_of
+from broker.apis.registry import api
+from protocol import messages as M
+from protocol.errors import ErrorCode, KafkaError
+from protocol.primitives import ZERO_UUID
+
+E = ErrorCode
+OC = M.OffsetCommitResponse
+OF = M.OffsetFetchResponse
+OD = M.OffsetDeleteResponse
+
+
+class _TopicResponses:
+    """Response topics keyed by (name, id), partitions merged in arrival order."""
+
+    def __init__(self, make_topic: Any) -> None:
+        self.make_topic = make_topic
+        self.topics: dict[tuple[str, Any], Any] = {}
+
+    def add(self, name: str, topic_id: Any, partitions: list[Any]) -> None:
+        key = (name, topic_id)
+        topic = self.topics.get(key)
+        if topic is None:
+            topic = self.topics[key] = self.make_topic(name, topic_id)
+        topic.partitions.extend(partitions)
+
+    def merge(self, topics: list[Any], id_of: Any) -> None:
+        for t in topics:
+            self.add(t.name, id_of(t), list(t.partitions))
+
+    def all(self) -> list[Any]:
+        return list(self.topics.values())
+
+
+# ----- OffsetCommit ----------------------------------------------------------------------
+@api(8)
+async def handle_offset_commit(ctx: Any, request: Any) -> Any:
+    version = ctx.api_version
+    use_ids = version >= 10
+    metadata = ctx.broker.metadata
+    out = _TopicResponses(lambda name, tid: OC.OffsetCommitResponseTopic(name=name, topic_id=tid, partitions=[]))
+
+    def fail(topic: Any, partitions: list[Any], code: ErrorCode) -> None:
+        out.add(topic.name, topic.topic_id, [
+            OC.OffsetCommitResponsePartition(partition_index=p.partition_index, error_code=code) for p in partitions])
+
+    valid = []
+    for topic in request.topics:
+        if use_ids:
+            info = metadata.topic_by_id(topic.topic_id) if topic.topic_id != ZERO_UUID else None
+            if info is None:
+                fail(topic, topic.partitions, E.UNKNOWN_TOPIC_ID)
+                continue
+            topic.name = info.name
+        else:
+            info = metadata.topic(topic.name)
+            if info is None:
+                fail(topic, topic.partitions, E.UNKNOWN_TOPIC_OR_PARTITION)
+                continue
+        known = [p for p in topic.partitions if 0 <= p.partition_index < info.partitions]
+        fail(topic, [p for p in topic.partitions if not 0 <= p.partition_index < info.partitions],
+             E.UNKNOWN_TOPIC_OR_PARTITION)
+        if known:
+            valid.append(M.OffsetCommitRequest.OffsetCommitRequestTopic(
+                name=topic.name, topic_id=topic.topic_id, partitions=known))
+
+    if valid:
+        sub = M.OffsetCommitRequest(
+            group_id=request.group_id, generation_id_or_member_epoch=request.generation_id_or_member_epoch,
+            member_id=request.member_id, group_instance_id=request.group_instance_id,
+            retention_time_ms=request.retention_time_ms if 2 <= version <= 4 else -1, topics=valid,
+        )
+        try:
+            response = await coordinator_of(ctx).commit_offsets(sub, version)
+        except KafkaError as exc:
+            return OC(topics=[
+                OC.OffsetCommitResponseTopic(name=t.name, topic_id=t.topic_id, partitions=[
+                    OC.OffsetCommitResponsePartition(partition_index=p.partition_index, error_code=exc.code)
+                    for p in t.partitions])
+                for t in request.topics
+            ])
+        out.merge(response.topics, lambda t: t.topic_id)
+    return OC(topics=out.all())
+
+
+# ----- OffsetFetch -----------------------------------------------------------------------
+def _group_error(group: Any, code: int, version: int) -> Any:
+    """A group-level failure: from v2 the error code; v1 has none, so every partition carries it."""
+    if version >= 2 or group.topics is None:
+        return OF.OffsetFetchResponseGroup(group_id=group.group_id, error_code=code, topics=[])
+    return OF.OffsetFetchResponseGroup(group_id=group.group_id, topics=[
+        OF.OffsetFetchResponseTopics(name=t.name, topic_id=t.topic_id, partitions=[
+            OF.OffsetFetchResponsePartitions(partition_index=p, committed_offset=-1, committed_leader_epoch=-1,
+                                             metadata="", error_code=code)
+            for p in t.partition_indexes])
+        for t in group.topics
+    ])
+
+
+async def _fetch_group(ctx: Any, group: Any, require_stable: bool) -> Any:
+    version = ctx.api_version
+    use_ids = version >= 10
+    metadata = ctx.broker.metadata
+    try:
+        coordinator = coordinator_of(ctx)
+    except KafkaError as exc:
+        return _group_error(group, exc.code, version)
+
+    if group.topics is None:
+        response = await coordinator.fetch_offsets(group, require_stable)
+        if response.error_code:
+            return _group_error(group, response.error_code, version)
+        if use_ids:
+            topics = []
+            for t in response.topics:
+                if t.topic_id == ZERO_UUID:
+                    info = metadata.topic(t.name)
+                    t.topic_id = info.topic_id if info is not None else ZERO_UUID
+                if t.topic_id != ZERO_UUID:  # a topic without an id cannot be sent by id
+                    topics.append(t)
+            response.topics = topics
+        return response
+
+    wanted = []
+    unknown = []
+    for t in group.topics:
+        if use_ids:
+            info = metadata.topic_by_id(t.topic_id) if t.topic_id != ZERO_UUID else None
+            if info is None:
+                unknown.append(OF.OffsetFetchResponseTopics(name="", topic_id=t.topic_id, partitions=[
+                    OF.OffsetFetchResponsePartitions(partition_index=p, committed_offset=-1, committed_leader_epoch=-1,
+                                                     metadata="", error_code=E.UNKNOWN_TOPIC_ID)
+                    for p in t.partition_indexes]))
+                continue
+            t.name = info.name
+        wanted.append(t)
+    request = M.OffsetFetchRequest.OffsetFetchRequestGroup(
+        group_id=group.group_id, member_id=group.member_id, member_epoch=group.member_epoch, topics=wanted)
+    response = await coordinator.fetch_offsets(request, require_stable)
+    if response.error_code:
+        return _group_error(group, response.error_code, version)
+    response.topics = list(response.topics) + unknown
+    return response
+
+
+@api(9)
+async def handle_offset_fetch(ctx: Any, request: Any) -> Any:
+    version = ctx.api_version
+    require_stable = bool(request.require_stable) if version >= 7 else False
+    if version >= 8:
+        groups = await asyncio.gather(*(_fetch_group(ctx, g, require_stable) for g in request.groups))
+        return M.OffsetFetchResponse(groups=list(groups))
+
+    group = M.OffsetFetchRequest.OffsetFetchRequestGroup(
+        group_id=request.group_id,
+        topics=None if request.topics is None else [
+            M.OffsetFetchRequest.OffsetFetchRequestTopics(name=t.name, partition_indexes=list(t.partition_indexes))
+            for t in request.topics
+        ],
+    )
+    result = await _fetch_group(ctx, group, require_stable)
+    return M.OffsetFetchResponse(
+        error_code=result.error_code,
+        topics=[
+            OF.OffsetFetchResponseTopic(name=t.name, partitions=[
+                OF.OffsetFetchResponsePartition(
+                    partition_index=p.partition_index, committed_offset=p.committed_offset,
+                    committed_leader_epoch=p.committed_leader_epoch, metadata=p.metadata, error_code=p.error_code)
+                for p in t.partitions])
+            for t in result.topics
+        ],
+    )
+
+
+# ----- OffsetDelete ----------------------------------------------------------------------
+@api(47)
+async def handle_offset_delete(ctx: Any, request: Any) -> Any:
+    metadata = ctx.broker.metadata
+    out = _TopicResponses(lambda name, _tid: OD.OffsetDeleteResponseTopic(name=name, partitions=[]))
+    valid = []
+    for topic in request.topics:
+        info = metadata.topic(topic.name)
+        count = info.partitions if info is not None else 0
+        bad = [p for p in topic.partitions if not 0 <= p.partition_index < count]
+        out.add(topic.name, None, [
+            OD.OffsetDeleteResponsePartition(partition_index=p.partition_index, error_code=E.UNKNOWN_TOPIC_OR_PARTITION)
+            for p in bad])
+        good = [p for p in topic.partitions if 0 <= p.partition_index < count]
+        if good:
+            valid.append(M.OffsetDeleteRequest.OffsetDeleteRequestTopic(name=topic.name, partitions=good))
+    try:
+        response = await coordinator_of(ctx).delete_offsets(
+            M.OffsetDeleteRequest(group_id=request.group_id, topics=valid))
+    except KafkaError as exc:
+        return OD(error_code=exc.code)
+    if response.error_code:
+        return OD(error_code=response.error_code)
+    out.merge(response.topics, lambda _t: None)
+    return OD(topics=out.all())

@@ -1,0 +1,195 @@
+"""The group coordinator service: routes each request to its `__consumer_offsets` shard through
+the runtime and turns coordinator errors into the response's error fields (Kafka's
+GroupCoordinatorService). The API handlers (broker/apis/group.py, offsets.py) call this.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+import structlog
+
+from broker.coordinator.group.config import GroupCoordinatorConfig
+from broker.coordinator.group.membership import RequestInfo
+from broker.coordinator.group.shard import GroupCoordinatorShard
+from broker.coordinator.runtime import CoordinatorRuntime, PartitionWriter
+from broker.coordinator.timer import Clock, Timer
+from protocol import messages as M
+from protocol.errors import ErrorCode, KafkaError
+
+log = structlog.get_logger("broker.coordinator.group")
+
+E = ErrorCode
+GROUP_METADATA_TOPIC = "__consumer_offsets"
+
+
+def _code(exc: BaseException) -> ErrorCode:
+    if isinstance(exc, KafkaError):
+        return exc.code
+    log.error("group coordinator operation failed", error=repr(exc))
+    return E.UNKNOWN_SERVER_ERROR
+
+
+class GroupCoordinator:
+    def __init__(self, runtime: CoordinatorRuntime[GroupCoordinatorShard], config: GroupCoordinatorConfig) -> None:
+        self.runtime = runtime
+        self.config = config
+
+    async def start(self) -> None:
+        """Load every partition of __consumer_offsets (this single node coordinates them all)."""
+        await self.runtime.load_all()
+
+    async def stop(self) -> None:
+        await self.runtime.close()
+
+    def partition_for(self, group_id: str) -> int:
+        return self.runtime.partition_for(group_id)
+
+    async def group_counts(self) -> dict[str, int]:
+        """Number of groups per state name (for metrics)."""
+        counts: dict[str, int] = {}
+        for p in self.runtime.active_partitions():
+            try:
+                states = await self.runtime.read(p, lambda s: [g.state.value for g in s.groups.values()], "stats")
+            except KafkaError:
+                continue
+            for state in states:
+                counts[state] = counts.get(state, 0) + 1
+        return counts
+
+    # ----- membership ---------------------------------------------------------------------
+    async def join_group(self, request: Any, info: RequestInfo) -> Any:
+        try:
+            return await self.runtime.write(
+                self.partition_for(request.group_id), lambda s, now: s.join_group(request, info, now), "join-group")
+        except Exception as exc:
+            return M.JoinGroupResponse(error_code=_code(exc), protocol_type=None, protocol_name=None)
+
+    async def sync_group(self, request: Any, info: RequestInfo) -> Any:
+        try:
+            return await self.runtime.write(
+                self.partition_for(request.group_id), lambda s, now: s.sync_group(request, info, now), "sync-group")
+        except Exception as exc:
+            return M.SyncGroupResponse(error_code=_code(exc))
+
+    async def heartbeat(self, request: Any) -> Any:
+        try:
+            return await self.runtime.write(
+                self.partition_for(request.group_id), lambda s, now: s.heartbeat(request, now), "heartbeat")
+        except Exception as exc:
+            code = _code(exc)
+            # While the group is loading, answer blindly: the session is checked once it is loaded.
+            return M.HeartbeatResponse(error_code=E.NONE if code is E.COORDINATOR_LOAD_IN_PROGRESS else code)
+
+    async def leave_group(self, group_id: str, identities: list[Any]) -> Any:
+        """identities: LeaveGroupRequest.MemberIdentity objects."""
+        try:
+            return await self.runtime.write(
+                self.partition_for(group_id), lambda s, now: s.leave_group(group_id, identities, now), "leave-group")
+        except Exception as exc:
+            return M.LeaveGroupResponse(error_code=_code(exc))
+
+    # ----- groups -------------------------------------------------------------------------
+    def _by_partition(self, group_ids: list[str]) -> dict[int, list[str]]:
+        out: dict[int, list[str]] = {}
+        for g in dict.fromkeys(group_ids):
+            out.setdefault(self.partition_for(g), []).append(g)
+        return out
+
+    async def describe_groups(self, group_ids: list[str], api_version: int) -> list[Any]:
+        async def one(partition: int, ids: list[str]) -> list[Any]:
+            try:
+                result: list[Any] = await self.runtime.read(
+                    partition, lambda s: s.describe_groups(ids, api_version), "describe-groups")
+                return result
+            except Exception as exc:
+                code = _code(exc)
+                return [M.DescribeGroupsResponse.DescribedGroup(group_id=g, error_code=code) for g in ids]
+
+        parts = await asyncio.gather(*(one(p, ids) for p, ids in self._by_partition(group_ids).items()))
+        by_id = {d.group_id: d for part in parts for d in part}
+        return [by_id[g] for g in group_ids]
+
+    async def list_groups(self, states_filter: list[str], types_filter: list[str]) -> tuple[ErrorCode, list[Any]]:
+        async def one(partition: int) -> list[Any]:
+            try:
+                result: list[Any] = await self.runtime.read(
+                    partition, lambda s: s.list_groups(states_filter, types_filter), "list-groups")
+                return result
+            except KafkaError as exc:
+                if exc.code is E.NOT_COORDINATOR:
+                    return []
+                raise
+
+        try:
+            parts = await asyncio.gather(*(one(p) for p in range(self.runtime.num_partitions)))
+        except Exception as exc:
+            return _code(exc), []
+        return E.NONE, [g for part in parts for g in part]
+
+    async def delete_groups(self, group_ids: list[str]) -> list[Any]:
+        async def one(partition: int, ids: list[str]) -> list[Any]:
+            try:
+                result: list[Any] = await self.runtime.write(
+                    partition, lambda s, now: s.delete_groups(ids, now), "delete-groups")
+                return result
+            except Exception as exc:
+                code = _code(exc)
+                return [M.DeleteGroupsResponse.DeletableGroupResult(group_id=g, error_code=code) for g in ids]
+
+        parts = await asyncio.gather(*(one(p, ids) for p, ids in self._by_partition(group_ids).items()))
+        by_id = {r.group_id: r for part in parts for r in part}
+        return [by_id[g] for g in dict.fromkeys(group_ids)]
+
+    # ----- offsets ------------------------------------------------------------------------
+    async def commit_offsets(self, request: Any, api_version: int) -> Any:
+        """request: OffsetCommitRequest with topic names resolved. On a group-level error every
+        partition carries the error code."""
+        try:
+            return await self.runtime.write(
+                self.partition_for(request.group_id),
+                lambda s, now: s.commit_offsets(request, api_version, now), "commit-offsets")
+        except Exception as exc:
+            code = _code(exc)
+            return M.OffsetCommitResponse(topics=[
+                M.OffsetCommitResponse.OffsetCommitResponseTopic(
+                    name=t.name, topic_id=t.topic_id,
+                    partitions=[M.OffsetCommitResponse.OffsetCommitResponsePartition(
+                        partition_index=p.partition_index, error_code=code) for p in t.partitions],
+                )
+                for t in request.topics
+            ])
+
+    async def fetch_offsets(self, request: Any, require_stable: bool) -> Any:
+        """request: OffsetFetchRequest.OffsetFetchRequestGroup; returns an OffsetFetchResponseGroup
+        (on a coordinator error: the group-level error code and no topics)."""
+        try:
+            return await self.runtime.read(
+                self.partition_for(request.group_id), lambda s: s.fetch_offsets(request, require_stable),
+                "fetch-offsets")
+        except Exception as exc:
+            return M.OffsetFetchResponse.OffsetFetchResponseGroup(group_id=request.group_id, error_code=_code(exc))
+
+    async def delete_offsets(self, request: Any) -> Any:
+        try:
+            return await self.runtime.write(
+                self.partition_for(request.group_id), lambda s, now: s.delete_offsets(request, now), "delete-offsets")
+        except Exception as exc:
+            return M.OffsetDeleteResponse(error_code=_code(exc))
+
+
+def create_group_coordinator(
+    writer: PartitionWriter, config_values: Mapping[str, Any], clock: Clock, **shard_options: Any,
+) -> GroupCoordinator:
+    """A group coordinator over `writer` (one log per __consumer_offsets partition). Call
+    `await start()` to load its partitions and `await stop()` on shutdown."""
+    config = GroupCoordinatorConfig.from_values(config_values)
+
+    def shard_factory(partition: int, timer: Timer) -> GroupCoordinatorShard:
+        return GroupCoordinatorShard(timer, config, **shard_options)
+
+    runtime: CoordinatorRuntime[GroupCoordinatorShard] = CoordinatorRuntime(
+        writer, shard_factory, config.num_partitions, clock, name="group-coordinator")
+    return GroupCoordinator(runtime, config)

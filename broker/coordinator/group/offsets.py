@@ -1,0 +1,252 @@
+"""Committed offsets: the store, OffsetCommit / OffsetFetch / OffsetDelete, and expiry.
+
+Follows Kafka's OffsetMetadataManager. Every change is an OffsetCommit record (a tombstone
+deletes) applied by replay, so the handlers here only validate and build records. A commit for a
+group that does not exist, with generation -1, creates a "simple" group (Empty, no protocol
+type) when the record is replayed, as Kafka does.
+
+Transactional offsets (TxnOffsetCommit) are not kept yet; `has_pending_transactional_offsets`
+is the hook where OffsetFetch's require_stable and expiry will consult them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from broker.coordinator.group.classic import ClassicGroup, GroupState
+from broker.coordinator.group.config import GroupCoordinatorConfig
+from broker.coordinator.group.membership import ClassicGroupManager
+from broker.coordinator.group.records import (
+    OffsetAndMetadata,
+    group_metadata_tombstone,
+    offset_commit_record,
+    offset_commit_tombstone,
+)
+from broker.coordinator.result import CoordinatorResult, Record
+from protocol import messages as M
+from protocol.errors import ErrorCode, KafkaError
+from protocol.primitives import ZERO_UUID
+
+E = ErrorCode
+INVALID_OFFSET = -1
+
+
+class OffsetStore:
+    """group -> topic -> partition -> OffsetAndMetadata."""
+
+    def __init__(self) -> None:
+        self.by_group: dict[str, dict[str, dict[int, OffsetAndMetadata]]] = {}
+
+    def get(self, group_id: str, topic: str, partition: int) -> OffsetAndMetadata | None:
+        return self.by_group.get(group_id, {}).get(topic, {}).get(partition)
+
+    def put(self, group_id: str, topic: str, partition: int, om: OffsetAndMetadata) -> None:
+        self.by_group.setdefault(group_id, {}).setdefault(topic, {})[partition] = om
+
+    def remove(self, group_id: str, topic: str, partition: int) -> bool:
+        topics = self.by_group.get(group_id)
+        if topics is None or partition not in topics.get(topic, {}):
+            return False
+        partitions = topics[topic]
+        del partitions[partition]
+        if not partitions:
+            del topics[topic]
+        if not topics:
+            del self.by_group[group_id]
+        return True
+
+    def group(self, group_id: str) -> dict[str, dict[int, OffsetAndMetadata]]:
+        return self.by_group.get(group_id, {})
+
+    def count(self) -> int:
+        return sum(len(p) for topics in self.by_group.values() for p in topics.values())
+
+
+def _mismatched_topic_id(stored: Any, requested: Any) -> bool:
+    return stored != ZERO_UUID and requested != ZERO_UUID and stored != requested
+
+
+def _partition_response(partition: int, om: OffsetAndMetadata | None, code: ErrorCode = E.NONE) -> Any:
+    if om is None:
+        return M.OffsetFetchResponse.OffsetFetchResponsePartitions(
+            partition_index=partition, committed_offset=INVALID_OFFSET, committed_leader_epoch=-1, metadata="",
+            error_code=code,
+        )
+    return M.OffsetFetchResponse.OffsetFetchResponsePartitions(
+        partition_index=partition, committed_offset=om.committed_offset, committed_leader_epoch=om.leader_epoch,
+        metadata=om.metadata, error_code=code,
+    )
+
+
+class OffsetManager:
+    def __init__(self, groups: dict[str, ClassicGroup], membership: ClassicGroupManager,
+                 config: GroupCoordinatorConfig) -> None:
+        self.groups = groups
+        self.membership = membership
+        self.config = config
+        self.store = OffsetStore()
+
+    # ----- replay -------------------------------------------------------------------------
+    def replay(self, group_id: str, topic: str, partition: int, om: OffsetAndMetadata | None) -> None:
+        if om is None:
+            self.store.remove(group_id, topic, partition)
+            return
+        if group_id not in self.groups:
+            # Offsets without membership: a simple group (Empty, no protocol type).
+            self.groups[group_id] = ClassicGroup(group_id)
+        self.store.put(group_id, topic, partition, om)
+
+    def has_pending_transactional_offsets(self, group_id: str, topic: str, partition: int) -> bool:
+        return False
+
+    # ----- OffsetCommit -------------------------------------------------------------------
+    def commit_offsets(self, request: Any, api_version: int, now: int) -> CoordinatorResult[Any]:
+        """request: an OffsetCommitRequest whose topics carry names (the API layer resolves v10
+        topic ids). A group-level failure raises KafkaError (every partition gets its code)."""
+        self._validate_commit(request, api_version)
+        expire = None if request.retention_time_ms == -1 else now + request.retention_time_ms
+        records: list[Record] = []
+        topics = []
+        for topic in request.topics:
+            partitions = []
+            for p in topic.partitions:
+                metadata = p.committed_metadata
+                if metadata is not None and len(metadata) > self.config.offset_metadata_max_bytes:
+                    partitions.append(M.OffsetCommitResponse.OffsetCommitResponsePartition(
+                        partition_index=p.partition_index, error_code=E.OFFSET_METADATA_TOO_LARGE))
+                    continue
+                om = OffsetAndMetadata(
+                    committed_offset=p.committed_offset,
+                    leader_epoch=p.committed_leader_epoch,
+                    metadata=metadata or "",
+                    commit_timestamp_ms=now,
+                    expire_timestamp_ms=expire,
+                    topic_id=topic.topic_id,
+                )
+                records.append(offset_commit_record(request.group_id, topic.name, p.partition_index, om))
+                partitions.append(M.OffsetCommitResponse.OffsetCommitResponsePartition(
+                    partition_index=p.partition_index, error_code=E.NONE))
+            topics.append(M.OffsetCommitResponse.OffsetCommitResponseTopic(
+                name=topic.name, topic_id=topic.topic_id, partitions=partitions))
+        return CoordinatorResult(records=records, response=M.OffsetCommitResponse(topics=topics))
+
+    def _validate_commit(self, request: Any, api_version: int) -> None:
+        if not request.group_id:
+            raise KafkaError(E.INVALID_GROUP_ID)
+        group = self.groups.get(request.group_id)
+        generation = request.generation_id_or_member_epoch
+        if group is None:
+            if generation < 0:
+                return  # a simple group, created when the first record is replayed
+            # From OffsetCommit v9 an unknown group is GROUP_ID_NOT_FOUND; before, ILLEGAL_GENERATION.
+            raise KafkaError(E.GROUP_ID_NOT_FOUND if api_version >= 9 else E.ILLEGAL_GENERATION)
+        group.validate_offset_commit(request.member_id, request.group_instance_id, generation)
+        # A commit from a member of a Stable (or rebalancing) group keeps its session alive.
+        if group.in_state(GroupState.STABLE, GroupState.PREPARING_REBALANCE):
+            member = group.members.get(request.member_id)
+            if member is not None:
+                self.membership.reschedule_heartbeat(group, member)
+
+    # ----- OffsetFetch --------------------------------------------------------------------
+    def fetch_offsets(self, request: Any, require_stable: bool) -> Any:
+        """request: an OffsetFetchRequest.OffsetFetchRequestGroup (topics None: all of them);
+        returns an OffsetFetchResponse.OffsetFetchResponseGroup."""
+        group = self.groups.get(request.group_id)
+        known = group is not None and group.state is not GroupState.DEAD
+        stored = self.store.group(request.group_id) if known else {}
+        topics = []
+        if request.topics is None:
+            for name, partitions in stored.items():
+                topics.append(M.OffsetFetchResponse.OffsetFetchResponseTopics(
+                    name=name, topic_id=ZERO_UUID,
+                    partitions=[self._fetched(request.group_id, name, p, om, require_stable)
+                                for p, om in partitions.items()],
+                ))
+        else:
+            for t in request.topics:
+                offsets = stored.get(t.name, {})
+                fetched = []
+                for p in t.partition_indexes:
+                    om = offsets.get(p)
+                    if om is not None and _mismatched_topic_id(om.topic_id, t.topic_id):
+                        om = None
+                    fetched.append(self._fetched(request.group_id, t.name, p, om, require_stable))
+                topics.append(M.OffsetFetchResponse.OffsetFetchResponseTopics(
+                    name=t.name, topic_id=t.topic_id, partitions=fetched))
+        return M.OffsetFetchResponse.OffsetFetchResponseGroup(group_id=request.group_id, topics=topics)
+
+    def _fetched(self, group_id: str, topic: str, partition: int, om: OffsetAndMetadata | None,
+                 require_stable: bool) -> Any:
+        if require_stable and self.has_pending_transactional_offsets(group_id, topic, partition):
+            return _partition_response(partition, None, E.UNSTABLE_OFFSET_COMMIT)
+        return _partition_response(partition, om)
+
+    # ----- OffsetDelete -------------------------------------------------------------------
+    def delete_offsets(self, request: Any) -> CoordinatorResult[Any]:
+        """A group-level failure raises KafkaError (the response's top-level error code)."""
+        if not request.group_id:
+            raise KafkaError(E.INVALID_GROUP_ID)
+        group = self.groups.get(request.group_id)
+        if group is None:
+            raise KafkaError(E.GROUP_ID_NOT_FOUND)
+        group.validate_offset_delete()
+        records: list[Record] = []
+        topics = []
+        for t in request.topics:
+            subscribed = group.is_subscribed_to_topic(t.name)
+            partitions = []
+            for p in t.partitions:
+                if subscribed:
+                    code = E.GROUP_SUBSCRIBED_TO_TOPIC
+                else:
+                    code = E.NONE
+                    if self.store.get(request.group_id, t.name, p.partition_index) is not None or \
+                            self.has_pending_transactional_offsets(request.group_id, t.name, p.partition_index):
+                        records.append(offset_commit_tombstone(request.group_id, t.name, p.partition_index))
+                partitions.append(M.OffsetDeleteResponse.OffsetDeleteResponsePartition(
+                    partition_index=p.partition_index, error_code=code))
+            topics.append(M.OffsetDeleteResponse.OffsetDeleteResponseTopic(name=t.name, partitions=partitions))
+        return CoordinatorResult(records=records, response=M.OffsetDeleteResponse(topics=topics))
+
+    def delete_all_offsets(self, group_id: str, records: list[Record]) -> int:
+        n = 0
+        for topic, partitions in self.store.group(group_id).items():
+            for partition in partitions:
+                records.append(offset_commit_tombstone(group_id, topic, partition))
+                n += 1
+        return n
+
+    # ----- expiry -------------------------------------------------------------------------
+    def cleanup_expired_offsets(self, group_id: str, now: int, records: list[Record]) -> bool:
+        """Add tombstones for the group's expired offsets; True if none is left."""
+        stored = self.store.group(group_id)
+        if not stored:
+            return True
+        group = self.groups[group_id]
+        base = group.offset_expiration_base()
+        if base is None:
+            return False
+        retention = self.config.offsets_retention_ms
+        all_expired = True
+        for topic, partitions in stored.items():
+            if group.is_subscribed_to_topic(topic):
+                all_expired = False
+                continue
+            for partition, om in partitions.items():
+                if om.expire_timestamp_ms is not None:
+                    expired = now >= om.expire_timestamp_ms  # an explicit retention (OffsetCommit v2-v4)
+                else:
+                    expired = now - base(om) >= retention
+                if expired and not self.has_pending_transactional_offsets(group_id, topic, partition):
+                    records.append(offset_commit_tombstone(group_id, topic, partition))
+                else:
+                    all_expired = False
+        return all_expired
+
+    def cleanup_expired_offsets_and_groups(self, now: int) -> list[Record]:
+        """The periodic sweep: expired offsets, then empty groups left without offsets."""
+        records: list[Record] = []
+        for group_id, group in list(self.groups.items()):
+            if self.cleanup_expired_offsets(group_id, now, records) and group.is_empty():
+                records.append(group_metadata_tombstone(group_id))
+        return records

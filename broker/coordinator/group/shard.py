@@ -1,0 +1,138 @@
+"""The group coordinator shard: the groups and committed offsets of one `__consumer_offsets`
+partition, its handlers (plain functions returning CoordinatorResult) and `replay`.
+
+Replay is how offsets, group creation from commits, and deletions (tombstones) change state,
+for fresh records and when loading alike. Classic groups keep their live state in memory and
+write GroupMetadata snapshots (see membership.py); loading replays those snapshots.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from broker.coordinator.group.classic import ClassicGroup
+from broker.coordinator.group.config import GroupCoordinatorConfig
+from broker.coordinator.group.membership import ClassicGroupManager, RequestInfo, join_key, sync_key
+from broker.coordinator.group.offsets import OffsetManager
+from broker.coordinator.group.records import (
+    GROUP_METADATA,
+    LEGACY_OFFSET_COMMIT,
+    OFFSET_COMMIT,
+    OffsetAndMetadata,
+    group_metadata_tombstone,
+    parse_record,
+)
+from broker.coordinator.result import CoordinatorResult, Record
+from broker.coordinator.timer import Timer
+from protocol import messages as M
+from protocol.errors import ErrorCode, KafkaError
+
+log = structlog.get_logger("broker.coordinator.group")
+
+GROUP_EXPIRATION_KEY = "expire-group-metadata"
+
+
+class GroupCoordinatorShard:
+    def __init__(
+        self,
+        timer: Timer,
+        config: GroupCoordinatorConfig | None = None,
+        new_uuid: Callable[[], str] = lambda: str(uuid.uuid4()),
+    ) -> None:
+        self.config = config or GroupCoordinatorConfig()
+        self.timer = timer
+        self.groups: dict[str, ClassicGroup] = {}
+        self.classic = ClassicGroupManager(self.groups, timer, self.config, new_uuid)
+        self.offsets = OffsetManager(self.groups, self.classic, self.config)
+
+    # ----- replay and lifecycle -----------------------------------------------------------
+    def replay(self, key: bytes, value: bytes | None) -> None:
+        record_type, k, v = parse_record(key, value)
+        if record_type in (OFFSET_COMMIT, LEGACY_OFFSET_COMMIT):
+            self.offsets.replay(k.group, k.topic, k.partition, None if v is None else OffsetAndMetadata.from_value(v))
+        elif record_type == GROUP_METADATA:
+            if v is None:
+                self.groups.pop(k.group, None)
+            else:
+                self.groups[k.group] = ClassicGroup.from_record(k.group, v)
+        else:
+            # KIP-848 and share group records are not hosted by this shard yet.
+            log.debug("ignoring coordinator record", record_type=record_type)
+
+    def on_loaded(self, now_ms: int) -> None:
+        self.classic.on_loaded(now_ms)
+        self._schedule_expiration()
+
+    def on_unloaded(self) -> None:
+        self.classic.on_unloaded()
+
+    # ----- classic group membership -------------------------------------------------------
+    def join_group(self, request: Any, info: RequestInfo, now_ms: int) -> CoordinatorResult[Any]:
+        return self.classic.join_group(request, info, now_ms)
+
+    def sync_group(self, request: Any, info: RequestInfo, now_ms: int) -> CoordinatorResult[Any]:
+        return self.classic.sync_group(request, info, now_ms)
+
+    def heartbeat(self, request: Any, now_ms: int) -> CoordinatorResult[Any]:
+        return self.classic.heartbeat(request, now_ms)
+
+    def leave_group(self, group_id: str, identities: list[Any], now_ms: int) -> CoordinatorResult[Any]:
+        return self.classic.leave_group(group_id, identities, now_ms)
+
+    # ----- reads --------------------------------------------------------------------------
+    def describe_groups(self, group_ids: list[str], api_version: int) -> list[Any]:
+        return self.classic.describe_groups(group_ids, api_version)
+
+    def list_groups(self, states_filter: list[str], types_filter: list[str]) -> list[Any]:
+        return self.classic.list_groups(states_filter, types_filter)
+
+    def fetch_offsets(self, request: Any, require_stable: bool) -> Any:
+        return self.offsets.fetch_offsets(request, require_stable)
+
+    # ----- offsets ------------------------------------------------------------------------
+    def commit_offsets(self, request: Any, api_version: int, now_ms: int) -> CoordinatorResult[Any]:
+        return self.offsets.commit_offsets(request, api_version, now_ms)
+
+    def delete_offsets(self, request: Any, now_ms: int) -> CoordinatorResult[Any]:
+        return self.offsets.delete_offsets(request)
+
+    # ----- DeleteGroups -------------------------------------------------------------------
+    def delete_groups(self, group_ids: list[str], now_ms: int) -> CoordinatorResult[Any]:
+        """Only empty groups can be deleted; their offsets go with them."""
+        records: list[Record] = []
+        results = []
+        for group_id in group_ids:
+            code = ErrorCode.NONE
+            group = self.groups.get(group_id)
+            try:
+                if group is None:
+                    raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND)
+                group.validate_delete_group()
+            except KafkaError as exc:
+                code = exc.code
+            else:
+                self.offsets.delete_all_offsets(group_id, records)
+                records.append(group_metadata_tombstone(group_id))
+                self.timer.cancel(join_key(group_id))
+                self.timer.cancel(sync_key(group_id))
+            results.append(M.DeleteGroupsResponse.DeletableGroupResult(group_id=group_id, error_code=code))
+        return CoordinatorResult(records=records, response=results)
+
+    # ----- expiry -------------------------------------------------------------------------
+    def _schedule_expiration(self) -> None:
+        self.timer.schedule(
+            GROUP_EXPIRATION_KEY, self.config.offsets_retention_check_interval_ms,
+            lambda shard, now: shard.cleanup_group_metadata(now),
+        )
+
+    def cleanup_group_metadata(self, now_ms: int) -> CoordinatorResult[Any]:
+        """offsets.retention.minutes: expire offsets and delete empty groups left without any."""
+        self._schedule_expiration()
+        records = self.offsets.cleanup_expired_offsets_and_groups(now_ms)
+        if records:
+            log.info("expired group metadata", tombstones=len(records))
+        return CoordinatorResult(records=records)

@@ -1,0 +1,271 @@
+"""Opening a partition directory: leftovers of interrupted operations, segments, crash recovery.
+
+Kafka's LogLoader, simplified:
+1. `.deleted` and `.cleaned` files are removed; `.swap` files (a cleaner swap cut short) replace
+   the segments they cover, then lose their suffix. Orphan index files and `*.tmp` go.
+2. Without a clean shutdown every segment from the one holding the recovery point onwards is
+   scanned batch by batch (length, magic, CRC-32C, ascending offsets); the first invalid byte
+   truncates the segment and every later segment is deleted. Indexes of scanned segments are
+   rebuilt. Nothing valid before the damage is lost.
+3. With a clean shutdown only the active segment's indexes are checked now (a failed check runs
+   the same recovery); older segments check theirs when first used and rebuild them if needed.
+"""
+
+from __future__ import annotations
+
+import os
+import time as _time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from broker.log.checkpoint import fsync_dir
+from broker.log.config import LogConfig
+from broker.log.leader_epoch import LeaderEpochCache
+from broker.log.log import Log, wall_clock_ms
+from broker.log.segment import (
+    CLEANED_SUFFIX,
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    SWAP_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    LogSegment,
+    walk_headers,
+)
+from protocol.errors import ErrorCode, KafkaError, ProtocolError
+from protocol.records import BatchHeader
+
+
+@dataclass
+class LoadStats:
+    """What loading one partition took (returned rather than logged; the broker logs it)."""
+
+    segments: int = 0
+    recovered_segments: int = 0
+    truncated_bytes: int = 0
+    deleted_segments: int = 0
+    swaps_completed: int = 0
+    seconds: float = 0.0
+
+
+def parse_partition_dir(name: str) -> tuple[str, int]:
+    """`<topic>-<partition>` -> (topic, partition); KafkaError for anything else."""
+    topic, sep, partition = name.rpartition("-")
+    if not sep or not topic or not partition.isdigit():
+        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"not a partition directory: {name}")
+    return topic, int(partition)
+
+
+def _offset_of(filename: str) -> int | None:
+    head = filename.split(".", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+def create_log(
+    parent: str,
+    topic: str,
+    partition: int,
+    config: LogConfig,
+    *,
+    time: Callable[[], int] = wall_clock_ms,
+) -> Log:
+    """A new empty partition log under `parent` (a log dir)."""
+    directory = os.path.join(parent, f"{topic}-{partition}")
+    os.makedirs(directory, exist_ok=False)
+    segment = _segment(directory, 0, config, time(), create=True)
+    fsync_dir(directory)
+    fsync_dir(parent)
+    return Log(
+        directory,
+        topic,
+        partition,
+        config,
+        [segment],
+        log_start_offset=0,
+        recovery_point=0,
+        epoch_cache=LeaderEpochCache(directory),
+        time=time,
+    )
+
+
+def load_log(
+    directory: str,
+    config: LogConfig,
+    *,
+    had_clean_shutdown: bool,
+    recovery_point: int = 0,
+    log_start_offset: int = 0,
+    time: Callable[[], int] = wall_clock_ms,
+) -> tuple[Log, LoadStats]:
+    """Open an existing partition directory, recovering it when the shutdown was not clean."""
+    started = _time.perf_counter()
+    topic, partition = parse_partition_dir(os.path.basename(os.path.normpath(directory)))
+    stats = LoadStats()
+    _complete_interrupted_swaps(directory, stats)
+    segments = _open_segments(directory, config, time())
+    epoch_cache = LeaderEpochCache.load(directory)
+
+    if not had_clean_shutdown:
+        _recover_unflushed(directory, segments, recovery_point, epoch_cache, stats)
+    elif segments and not segments[-1].load_indexes(rebuild=False):
+        stats.recovered_segments += 1
+        stats.truncated_bytes += segments[-1].recover(on_batch=_epoch_collector(epoch_cache))
+
+    if segments:
+        log_end = segments[-1].next_offset
+        if log_end < log_start_offset:
+            # Segments vanished below the checkpointed start (files removed by hand): start over.
+            for seg in segments:
+                seg.delete_files()
+            stats.deleted_segments += len(segments)
+            segments = []
+            epoch_cache.clear()
+    if not segments:
+        segments = [_segment(directory, log_start_offset, config, time(), create=True)]
+    log_end = segments[-1].next_offset
+    start = max(log_start_offset, segments[0].base_offset)
+    point = log_end if had_clean_shutdown else min(recovery_point, log_end)
+
+    if epoch_cache.truncate_from_end(log_end) | epoch_cache.truncate_from_start(start):
+        epoch_cache.write()
+    log = Log(
+        directory,
+        topic,
+        partition,
+        config,
+        segments,
+        log_start_offset=start,
+        recovery_point=point,
+        epoch_cache=epoch_cache,
+        time=time,
+    )
+    stats.segments = len(segments)
+    stats.seconds = _time.perf_counter() - started
+    return log, stats
+
+
+def _epoch_collector(cache: LeaderEpochCache) -> Callable[[BatchHeader], None]:
+    def on_batch(header: BatchHeader) -> None:
+        epoch = header.partition_leader_epoch
+        if epoch >= 0 and (cache.latest_epoch is None or epoch > cache.latest_epoch):
+            cache.assign(epoch, header.base_offset)
+
+    return on_batch
+
+
+def _recover_unflushed(
+    directory: str,
+    segments: list[LogSegment],
+    recovery_point: int,
+    epoch_cache: LeaderEpochCache,
+    stats: LoadStats,
+) -> None:
+    """Scan the segments at or after the recovery point; truncate at the first damage."""
+    first = 0
+    for i, seg in enumerate(segments):
+        if seg.base_offset <= recovery_point:
+            first = i
+    on_batch = _epoch_collector(epoch_cache)
+    changed = False
+    for i in range(first, len(segments)):
+        seg = segments[i]
+        stats.recovered_segments += 1
+        truncated = seg.recover(on_batch=on_batch)
+        stats.truncated_bytes += truncated
+        changed = changed or truncated > 0
+        if truncated:
+            doomed = segments[i + 1 :]
+            for later in doomed:
+                later.delete_files()
+                later.file.close()
+            stats.deleted_segments += len(doomed)
+            del segments[i + 1 :]
+            break
+    if changed:
+        fsync_dir(directory)
+    if epoch_cache.entries:
+        epoch_cache.write()
+
+
+def _segment(directory: str, base: int, config: LogConfig, now_ms: int, create: bool = False) -> LogSegment:
+    return LogSegment(
+        directory,
+        base,
+        index_interval_bytes=config.index_interval_bytes,
+        max_index_bytes=config.segment_index_bytes,
+        now_ms=now_ms,
+        create=create,
+    )
+
+
+def _open_segments(directory: str, config: LogConfig, now_ms: int) -> list[LogSegment]:
+    names = sorted(os.listdir(directory))
+    logs = {}
+    for name in names:
+        path = os.path.join(directory, name)
+        if not os.path.isfile(path):
+            continue
+        base = _offset_of(name)
+        if base is None:
+            continue
+        if name.endswith(LOG_SUFFIX):
+            logs[base] = name
+    for name in names:
+        base = _offset_of(name)
+        if (
+            base is not None
+            and name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX))
+            and base not in logs
+        ):
+            os.unlink(os.path.join(directory, name))  # an orphan index
+    return [_segment(directory, base, config, now_ms) for base in sorted(logs)]
+
+
+def _complete_interrupted_swaps(directory: str, stats: LoadStats) -> None:
+    swaps: list[str] = []
+    for name in os.listdir(directory):
+        path = os.path.join(directory, name)
+        if not os.path.isfile(path):
+            continue
+        if name.endswith((DELETED_SUFFIX, CLEANED_SUFFIX)) or name.endswith(".tmp"):
+            os.unlink(path)
+        elif name.endswith(SWAP_SUFFIX):
+            swaps.append(name)
+    if not swaps:
+        return
+    # The cleaned data in the .swap log files replaces every segment in [first base, last next offset).
+    lo, hi = None, None
+    for name in swaps:
+        if not name.endswith(LOG_SUFFIX + SWAP_SUFFIX):
+            continue
+        base = _offset_of(name)
+        if base is None:
+            continue
+        next_offset = _next_offset_of(os.path.join(directory, name), base)
+        lo = base if lo is None else min(lo, base)
+        hi = next_offset if hi is None else max(hi, next_offset)
+    if lo is not None and hi is not None:
+        for name in os.listdir(directory):
+            base = _offset_of(name)
+            if base is not None and not name.endswith(SWAP_SUFFIX) and lo <= base < hi:
+                os.unlink(os.path.join(directory, name))
+    for name in swaps:
+        path = os.path.join(directory, name)
+        os.replace(path, path[: -len(SWAP_SUFFIX)])
+        stats.swaps_completed += 1
+    fsync_dir(directory)
+
+
+def _next_offset_of(path: str, base: int) -> int:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        next_offset = base
+        try:
+            for _, header in walk_headers(fd, 0, os.fstat(fd).st_size):
+                next_offset = header.next_offset
+        except ProtocolError:
+            pass
+        return next_offset
+    finally:
+        os.close(fd)

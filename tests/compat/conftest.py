@@ -1,0 +1,57 @@
+"""Shared fixtures for tests with real clients: one broker subprocess per test module.
+
+`kafka` is a running `python -m broker` (tests.harness.BrokerProcess) on an ephemeral port of
+127.0.0.1 with a fresh data dir. A module changes its settings with a module-level
+`BROKER_OVERRIDES = {"property": "value"}`. `create_topic` makes topics with raw CreateTopics
+frames, so tests of one client do not depend on another client's admin support; `topic_name`
+gives each test its own topic name. When the module is done the broker must stop cleanly
+(exit code 0) and its log must hold no traceback.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+
+from protocol import messages as M
+from tests.harness import BrokerProcess, RawClient
+
+CREATE_TOPICS = 19
+
+
+def create_topic(kafka: BrokerProcess, name: str, partitions: int = 1, configs: dict[str, str] | None = None) -> None:
+    """Create a topic through CreateTopics (v5); fails the test on any error."""
+    R = M.CreateTopicsRequest
+    topic = R.CreatableTopic(
+        name=name, num_partitions=partitions, replication_factor=1, assignments=[],
+        configs=[R.CreatableTopicConfig(name=k, value=v) for k, v in (configs or {}).items()],
+    )
+    c = RawClient(kafka.port, "compat-setup")
+    try:
+        response = c.call(CREATE_TOPICS, 5, R(topics=[topic], timeout_ms=10000, validate_only=False))
+    finally:
+        c.close()
+    result = response.topics[0]
+    assert result.error_code == 0, (result.error_code, result.error_message)
+
+
+@pytest.fixture(scope="module")
+def kafka(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    overrides = dict(getattr(request.module, "BROKER_OVERRIDES", {}))
+    proc = BrokerProcess(tmp_path_factory.mktemp("kafka") / "data", overrides=overrides).start()
+    try:
+        yield proc
+    finally:
+        rc = proc.stop()
+    output = proc.output()
+    assert rc == 0, output[-3000:]
+    # whatever the clients sent, the broker never failed unexpectedly
+    assert "Traceback" not in output and "unexpected error" not in output, output[-5000:]
+
+
+@pytest.fixture
+def topic_name(request: pytest.FixtureRequest) -> str:
+    """A topic name unique to the test (its node name made legal)."""
+    return re.sub(r"[^a-zA-Z0-9._-]", "_", request.node.name)[:200]
