@@ -25,6 +25,7 @@ check: $(VENV)/.installed
 	$(VENV)/bin/lint-imports
 
 bench: $(VENV)/.installed
+	$(PY) -m pip install --quiet -e '.[test,dev,bench]'
 	$(PY) bench/run_all.py
 
 clean:

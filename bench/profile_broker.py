@@ -1,6 +1,6 @@
 """Where our broker spends its CPU under kbench's produce and consume loads (py-spy sampling).
 
-    python bench/profile_broker.py [--sizes 10240] [--top 25] [--duration 10]
+    python bench/profile_broker.py [--sizes 10240] [--top 25] [--duration 10] [--native]
 
 Starts `python -m broker` (peers.start_ours), runs kbench produce,consume against it and,
 following kbench's progress lines, records one py-spy profile per test phase (produce_10KB_acks1,
@@ -80,8 +80,8 @@ def hotspots(raw: str, top: int) -> dict[str, Any]:
 class Recorder:
     """One py-spy process at a time, attached to the broker; SIGINT makes it write its output."""
 
-    def __init__(self, py_spy: str, pid: int, outdir: Path, rate: int) -> None:
-        self.py_spy, self.pid, self.outdir, self.rate = py_spy, pid, outdir, rate
+    def __init__(self, py_spy: str, pid: int, outdir: Path, rate: int, native: bool = False) -> None:
+        self.py_spy, self.pid, self.outdir, self.rate, self.native = py_spy, pid, outdir, rate, native
         self.proc: subprocess.Popen[bytes] | None = None
         self.phase: str | None = None
         self.done: dict[str, Path] = {}
@@ -91,7 +91,7 @@ class Recorder:
         out = self.outdir / ("%s.txt" % phase)
         self.proc = subprocess.Popen(
             [self.py_spy, "record", "--pid", str(self.pid), "--rate", str(self.rate), "--format", "raw",
-             "--function", "--nonblocking", "--output", str(out)],
+             "--function", "--output", str(out)] + (["--native"] if self.native else ["--nonblocking"]),
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         self.phase = phase
@@ -116,6 +116,7 @@ def main() -> int:
     ap.add_argument("--duration", type=float, default=10.0, help="kbench seconds per produce run")
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
+    ap.add_argument("--native", action="store_true", help="also sample C frames (uvloop, syscalls)")
     ap.add_argument("--hard-timeout", type=float, default=600.0)
     ap.add_argument("--out", default=str(BENCH / "results"))
     a = ap.parse_args()
@@ -129,7 +130,7 @@ def main() -> int:
     outdir.mkdir(parents=True, exist_ok=True)
     workroot = Path(tempfile.mkdtemp(prefix="bench-profile-"))
     peer = peers.start_ours(workdir=workroot)
-    rec = Recorder(py_spy, peer.pid, outdir, a.rate)
+    rec = Recorder(py_spy, peer.pid, outdir, a.rate, a.native)
     argv = [sys.executable, str(tools / "kbench.py"), "--bootstrap", peer.bootstrap, "--tests", "produce,consume",
             "--sizes", a.sizes, "--acks", a.acks, "--no-idempotent", "--repeat", "1", "--duration", str(a.duration),
             "--broker-pid", str(peer.pid), "--hard-timeout", "%d" % a.hard_timeout]

@@ -15,7 +15,7 @@ import structlog
 from broker.apis import load_handlers
 from broker.config import BrokerConfig, read_properties
 from broker.coordinator.group import GroupCoordinator, create_group_coordinator
-from broker.coordinator.log_writer import LogPartitionWriter
+from broker.coordinator.log_writer import LogPartitionWriter, internal_topic_log_config
 from broker.coordinator.timer import AsyncioClock
 from broker.log import AppendOrigin, Log, LogCleaner, LogConfig, LogManager
 from broker.metadata import RESOURCE_TOPIC, MetadataStore, TopicInfo
@@ -33,6 +33,10 @@ GROUP_CONFIG_KEYS = (
     "offsets.topic.num.partitions", "group.min.session.timeout.ms", "group.max.session.timeout.ms",
     "group.initial.rebalance.delay.ms", "group.max.size", "offset.metadata.max.bytes",
     "offsets.retention.minutes", "offsets.retention.check.interval.ms",
+    "group.consumer.assignors", "group.consumer.heartbeat.interval.ms", "group.consumer.session.timeout.ms",
+    "group.consumer.min.session.timeout.ms", "group.consumer.max.session.timeout.ms", "group.consumer.max.size",
+    "group.consumer.assignment.interval.ms", "group.consumer.regex.refresh.interval.ms",
+    "group.consumer.migration.policy",
 )
 PRODUCER_EXPIRATION_CHECK_S = 600.0  # Kafka's producer.id.expiration.check.interval.ms default
 
@@ -132,33 +136,50 @@ class Broker:
                  log_dirs=self.config.log_dirs, topics=len(self.metadata.topics),
                  recovery_seconds=round(stats.seconds, 3), recovered_segments=stats.recovered_segments)
 
+    def _offsets_log_config(self) -> LogConfig:
+        return internal_topic_log_config(self.default_log_config, int(self.config["offsets.topic.segment.bytes"]))
+
     async def _start_group_coordinator(self) -> None:
-        """`__consumer_offsets` is an internal compacted topic of the metadata image (created at
-        first start rather than at the first FindCoordinator as Kafka does), so it is listed,
-        fetchable and keeps its compacted config across restarts."""
+        """The coordinator's logs are `__consumer_offsets-N` (compacted). As in Kafka, the topic
+        itself appears in the metadata only once a group first needs a coordinator
+        (`ensure_offsets_topic`), so a fresh broker lists no topics."""
+        num_partitions = int(self.config["offsets.topic.num.partitions"])
         info = self.metadata.topic(OFFSETS_TOPIC)
-        if info is None:
-            configs = {
-                "cleanup.policy": "compact",
-                "compression.type": "producer",
-                "segment.bytes": str(self.config["offsets.topic.segment.bytes"]),
-            }
-            info = await self.create_topic(OFFSETS_TOPIC, int(self.config["offsets.topic.num.partitions"]), configs)
+        if info is not None:
+            num_partitions = info.partitions
 
         def log_for(index: int) -> Log:
-            return self.partitions.ensure(OFFSETS_TOPIC, index, info.topic_id).log
+            partition = self.partitions.get(OFFSETS_TOPIC, index)
+            if partition is not None:
+                return partition.log
+            return self.logs.get_or_create_log(OFFSETS_TOPIC, index, self._offsets_log_config())
 
         def on_append(index: int) -> None:
             partition = self.partitions.get(OFFSETS_TOPIC, index)
             if partition is not None:
                 partition.notify()
 
+        def existing_log(index: int) -> Log | None:
+            return self.logs.get_log(OFFSETS_TOPIC, index)
+
         values = {key: self.config[key] for key in GROUP_CONFIG_KEYS}
-        values["offsets.topic.num.partitions"] = info.partitions
+        values["offsets.topic.num.partitions"] = num_partitions
         self.group_coordinator = create_group_coordinator(
-            LogPartitionWriter(log_for, on_append), values, AsyncioClock()
+            LogPartitionWriter(log_for, on_append, existing_log), values, AsyncioClock(), metadata=self.metadata
         )
         await self.group_coordinator.start()
+
+    async def ensure_offsets_topic(self) -> None:
+        """Register `__consumer_offsets` in the metadata (Kafka creates it at the first
+        FindCoordinator for a group); its logs already exist."""
+        if self.metadata.topic(OFFSETS_TOPIC) is not None:
+            return
+        configs = {
+            "cleanup.policy": "compact",
+            "compression.type": "producer",
+            "segment.bytes": str(self.config["offsets.topic.segment.bytes"]),
+        }
+        await self.create_topic(OFFSETS_TOPIC, int(self.config["offsets.topic.num.partitions"]), configs)
 
     def _start_background(self) -> None:
         loop = asyncio.get_running_loop()
@@ -227,6 +248,8 @@ class Broker:
 
     # topics ------------------------------------------------------------------------------------
     def _topic_log_config(self, topic: str) -> LogConfig | None:
+        if topic == OFFSETS_TOPIC and (self.metadata is None or self.metadata.topic(topic) is None):
+            return self._offsets_log_config()  # compacted even before the topic is registered
         if self.metadata is None:
             return None
         info = self.metadata.topic(topic)
@@ -276,12 +299,19 @@ class Broker:
         info = self.metadata.create_topic(name, partitions, configs)
         self._ensure_partitions(info)
         log.info("topic created", topic=name, partitions=partitions, topic_id=str(info.topic_id))
+        await self._topics_changed(created={name})
         return info
+
+    async def _topics_changed(self, **changes: set[str]) -> None:
+        """Tell the group coordinator (consumer groups follow their subscribed topics)."""
+        if self.group_coordinator is not None:
+            await self.group_coordinator.on_topics_changed(**changes)
 
     async def delete_topic(self, name: str) -> TopicInfo:
         info = self.metadata.delete_topic(name)
-        await asyncio.to_thread(self.partitions.remove_topic, name)
+        await self.partitions.remove_topic(name)
         log.info("topic deleted", topic=name)
+        await self._topics_changed(deleted={name})
         return info
 
     async def create_partitions(self, name: str, total: int, validate_only: bool = False) -> TopicInfo:
@@ -294,6 +324,7 @@ class Broker:
             return info
         info = self.metadata.create_partitions(name, total)
         self._ensure_partitions(info)
+        await self._topics_changed(changed={name})
         return info
 
     def alter_topic_configs(self, name: str, changes: dict[str, str | None], validate_only: bool = False) -> None:

@@ -48,11 +48,12 @@ class Partition:
         self.topic_id = topic_id
         self.log = log
         self.producers = ProducerStateManager()
-        cache = log.epoch_cache
-        if cache.latest_epoch is None and cache.assign(log.leader_epoch, log.log_start_offset):
+        self.deleted = False  # its topic was deleted: readers holding it must let go
+        if log.epoch_cache.latest_epoch is None:
             # as Kafka does on becoming leader: the epoch starts here, so OffsetForLeaderEpoch
-            # answers the log end offset even for a partition that never had data
-            cache.write()
+            # answers the log end offset even for a partition that never had data (derived again
+            # at every start, so not worth an fsync per new partition)
+            log.epoch_cache.assign(log.leader_epoch, log.log_start_offset)
         self.group_commit = GroupCommit(log.flush, log.recovery_point)
         self._waiters: set[asyncio.Future[None]] = set()
 
@@ -182,8 +183,16 @@ class PartitionManager:
         for partition in self.partitions.values():
             partition.notify()
 
-    def remove_topic(self, topic: str) -> None:
-        for key in [k for k in self.partitions if k[0] == topic]:
+    async def remove_topic(self, topic: str) -> None:
+        """Forget the topic's partitions and wake their fetchers (here, on the event loop), then
+        delete their logs from disk (in a worker thread)."""
+        removed = [k for k in self.partitions if k[0] == topic]
+        for key in removed:
             partition = self.partitions.pop(key)
+            partition.deleted = True
             partition.notify()
-            self.logs.delete_log(topic, key[1])
+        await asyncio.to_thread(self._delete_logs, removed)
+
+    def _delete_logs(self, keys: list[tuple[str, int]]) -> None:
+        for topic, index in keys:
+            self.logs.delete_log(topic, index)

@@ -19,7 +19,7 @@ import structlog
 from broker.apis import APIS, error_response
 from protocol import frames
 from protocol.errors import ErrorCode, KafkaError, ProtocolError
-from protocol.messages import RESPONSES, decode_request, encode_parts
+from protocol.messages import decode_request, encode_parts
 
 log = structlog.get_logger("broker.server")
 
@@ -39,14 +39,6 @@ class RequestContext:
     client_port: int
     connection: Connection
     received: float = field(default_factory=time.monotonic)
-
-
-def _error_response(api_key: int, request: Any, code: ErrorCode, version: int) -> Any:
-    """A whole-request error response, or None when this version has no top-level error code."""
-    for f in RESPONSES[api_key].spec.root.fields:
-        if f.attr == "error_code" and version in f.versions:
-            return error_response(api_key, request, code, version)
-    return None
 
 
 class Connection(asyncio.Protocol):
@@ -172,7 +164,7 @@ class Connection(asyncio.Protocol):
                           client_id=header.client_id)
             failure = ErrorCode.UNKNOWN_SERVER_ERROR
         if failure is not None:
-            response = _error_response(header.api_key, request, failure, header.api_version)
+            response = error_response(header.api_key, request, failure, header.api_version)
             if response is None:
                 log.warning("closing connection: the failure of the request cannot be expressed in its response",
                             api=api.name, version=header.api_version, error=failure.name)

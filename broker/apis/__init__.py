@@ -10,16 +10,17 @@ from protocol.messages import RESPONSES
 
 
 def error_response(api_key: int, request: Any, code: ErrorCode, version: int = 0) -> Any:
-    """A response carrying `code` for a request that failed as a whole, or None if the response
-    has no top-level error code (the connection is then closed, as Kafka does for such failures)."""
+    """A response carrying `code` for a request that failed as a whole, or None if that version of
+    the response has no top-level error code (the connection is then closed, as Kafka does)."""
     if api_key == 18:
         from broker.apis.api_versions import api_versions_body
 
         return api_versions_body(code)
-    cls: Any = RESPONSES[api_key].root_class
-    response = cls()
-    if "error_code" not in cls.FIELDS:
+    codec = RESPONSES[api_key]
+    field = next((f for f in codec.spec.root.fields if f.attr == "error_code"), None)
+    if field is None or version not in field.versions:
         return None
+    response = codec.root_class()
     response.error_code = int(code)
     return response
 
@@ -30,6 +31,7 @@ def load_handlers() -> None:
         api_versions,
         cluster,
         configs,
+        consumer_group,
         fetch,
         group,
         metadata,

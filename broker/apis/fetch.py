@@ -86,6 +86,9 @@ def _read_all(targets: list[_Target], request: Any, isolation: int) -> tuple[lis
             entry.error_code = int(target.error)
             continue
         partition = target.partition
+        if partition.deleted:  # deleted while this fetch waited
+            entry.error_code = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            continue
         try:
             info = partition.read(p.fetch_offset, max(min(p.partition_max_bytes, remaining), 0), isolation,
                                   min_one_message=total == 0)

@@ -59,6 +59,8 @@ def _find(ctx: Any, key_type: int, key: str) -> ErrorCode:
 
 @api(10)
 async def handle_find_coordinator(ctx: Any, request: Any) -> Any:
+    if request.key_type == 0:
+        await ctx.broker.ensure_offsets_topic()
     host, port = ctx.broker.advertised()
     node = ctx.broker.node_id
     R = M.FindCoordinatorResponse

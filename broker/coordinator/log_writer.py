@@ -35,9 +35,16 @@ class LogPartitionWriter:
     """`log_for(partition)` returns (creating if needed) the partition's Log; `on_append`
     (optional) is told after each append, e.g. to wake fetches of the internal topic."""
 
-    def __init__(self, log_for: Callable[[int], Log], on_append: Callable[[int], None] | None = None) -> None:
+    def __init__(
+        self,
+        log_for: Callable[[int], Log],
+        on_append: Callable[[int], None] | None = None,
+        existing_log: Callable[[int], Log | None] | None = None,
+    ) -> None:
         self._log_for = log_for
         self._on_append = on_append
+        # loading must not create logs: Kafka's partitions appear only when the topic is created
+        self._existing_log = existing_log or log_for
         self._commits: dict[int, GroupCommit] = {}
 
     def _commit_for(self, partition: int, log: Log) -> GroupCommit:
@@ -58,7 +65,9 @@ class LogPartitionWriter:
         return end
 
     def read(self, partition: int) -> Iterator[Record]:
-        log = self._log_for(partition)
+        log = self._existing_log(partition)
+        if log is None:
+            return
         offset = log.log_start_offset
         end = log.log_end_offset
         while offset < end:

@@ -121,6 +121,7 @@ def load_log(
             stats.deleted_segments += len(segments)
             segments = []
             epoch_cache.clear()
+            epoch_cache.write()
     if not segments:
         segments = [_segment(directory, log_start_offset, config, time(), create=True)]
     log_end = segments[-1].next_offset

@@ -45,6 +45,9 @@ class FakeBroker:
     def advertised(self) -> tuple[str, int]:
         return "localhost", 19092
 
+    async def ensure_offsets_topic(self) -> None:
+        self.offsets_topic_ensured = True
+
 
 @pytest.fixture
 async def broker() -> Any:

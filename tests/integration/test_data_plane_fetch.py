@@ -243,3 +243,15 @@ def test_kafka_python_session_opening_is_declined(broker_thread: BrokerThread, c
     response = client.call(FETCH, 12, request)
     assert (response.error_code, response.session_id) == (0, 0)
     assert values(response.responses[0].partitions[0]) == [b"s"]
+
+
+def test_long_poll_answers_when_its_topic_is_deleted(broker_thread: BrokerThread, client: RawClient) -> None:
+    broker_thread.create_topic("doomed", 1)
+    broker_thread.create_topic("kept", 1)
+    poller = broker_thread.client("poller")
+    poller.send(FETCH, 12, fetch_request([("kept", 0, 0), ("doomed", 0, 0)], max_wait_ms=120_000, min_bytes=1))
+    assert produce(client, "doomed", 5, batch([b"x"])).error_code  # a round trip: the fetch is waiting
+    broker_thread.call(broker_thread.broker.delete_topic("doomed"))
+    kept, doomed = [p for t in poller.receive(FETCH, 12).responses for p in t.partitions]
+    assert (kept.error_code, doomed.error_code) == (0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    poller.close()

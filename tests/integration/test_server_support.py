@@ -25,11 +25,16 @@ DELETE_RECORDS, INIT_PRODUCER_ID, OFFSET_FOR_LEADER_EPOCH, API_VERSIONS = 21, 22
 
 
 class BrokerThread:
-    """A Broker served by an event loop in a daemon thread; tests talk to it over sockets."""
+    """A Broker served by an event loop in a daemon thread; tests talk to it over sockets.
+
+    `overrides` are broker properties (`log_retention_hours="2"` or `**{"log.retention.hours": "2"}`).
+    `__consumer_offsets` gets 1 partition unless asked otherwise: creating Kafka's 50 at every
+    start would dominate the run time of these tests.
+    """
 
     def __init__(self, tmp_path: Path, **overrides: str) -> None:
         self.tmp_path = tmp_path
-        self.overrides = overrides
+        self.overrides = {"offsets.topic.num.partitions": "1", **overrides}
         self.loop = asyncio.new_event_loop()
         self.broker: Any = None
         self._thread = threading.Thread(target=self.loop.run_forever, name="broker-loop", daemon=True)

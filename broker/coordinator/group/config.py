@@ -21,6 +21,18 @@ class GroupCoordinatorConfig:
     offsets_retention_check_interval_ms: int = 600000  # offsets.retention.check.interval.ms
     # Kafka's fixed timeout for a new member's parked JoinGroup (CLASSIC_GROUP_NEW_MEMBER_JOIN_TIMEOUT_MS).
     new_member_join_timeout_ms: int = 5 * 60 * 1000
+    # KIP-848 consumer groups (group.consumer.*).
+    consumer_heartbeat_interval_ms: int = 5000  # group.consumer.heartbeat.interval.ms
+    consumer_session_timeout_ms: int = 45000  # group.consumer.session.timeout.ms
+    consumer_min_session_timeout_ms: int = 45000  # group.consumer.min.session.timeout.ms
+    consumer_max_session_timeout_ms: int = 60000  # group.consumer.max.session.timeout.ms
+    consumer_max_size: int = INT32_MAX  # group.consumer.max.size
+    consumer_assignors: tuple[str, ...] = ("uniform", "range")  # group.consumer.assignors; the first is the default
+    # group.consumer.assignment.interval.ms (Kafka 4.3, KIP-1263): a new target assignment at most this
+    # often. 0 (the default here) computes it at once, as Kafka 4.2 does; Kafka 4.3 defaults to 1000.
+    consumer_assignment_interval_ms: int = 0
+    consumer_regex_refresh_interval_ms: int = 10 * 60 * 1000  # group.consumer.regex.refresh.interval.ms
+    consumer_migration_policy: str = "bidirectional"  # group.consumer.migration.policy
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> GroupCoordinatorConfig:
@@ -42,4 +54,26 @@ class GroupCoordinatorConfig:
             offsets_retention_check_interval_ms=get(
                 "offsets.retention.check.interval.ms", d.offsets_retention_check_interval_ms
             ),
+            consumer_heartbeat_interval_ms=get("group.consumer.heartbeat.interval.ms", d.consumer_heartbeat_interval_ms),
+            consumer_session_timeout_ms=get("group.consumer.session.timeout.ms", d.consumer_session_timeout_ms),
+            consumer_min_session_timeout_ms=get(
+                "group.consumer.min.session.timeout.ms", d.consumer_min_session_timeout_ms),
+            consumer_max_session_timeout_ms=get(
+                "group.consumer.max.session.timeout.ms", d.consumer_max_session_timeout_ms),
+            consumer_max_size=get("group.consumer.max.size", d.consumer_max_size),
+            consumer_assignors=_names(values.get("group.consumer.assignors"), d.consumer_assignors),
+            consumer_assignment_interval_ms=get(
+                "group.consumer.assignment.interval.ms", d.consumer_assignment_interval_ms),
+            consumer_regex_refresh_interval_ms=get(
+                "group.consumer.regex.refresh.interval.ms", d.consumer_regex_refresh_interval_ms),
+            consumer_migration_policy=str(
+                values.get("group.consumer.migration.policy") or d.consumer_migration_policy).strip().lower(),
         )
+
+
+def _names(raw: Any, default: tuple[str, ...]) -> tuple[str, ...]:
+    """A list property: a list, or a comma-separated string."""
+    if raw is None:
+        return default
+    items = raw.split(",") if isinstance(raw, str) else list(raw)
+    return tuple(str(x).strip() for x in items if str(x).strip())

@@ -6,12 +6,14 @@ GroupCoordinatorService). The API handlers (broker/apis/group.py, offsets.py) ca
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import structlog
 
 from broker.coordinator.group.config import GroupCoordinatorConfig
+from broker.coordinator.group.consumer import TopicMetadata
+from broker.coordinator.group.consumer_heartbeat import validate_heartbeat_request
 from broker.coordinator.group.membership import RequestInfo
 from broker.coordinator.group.shard import GroupCoordinatorShard
 from broker.coordinator.runtime import CoordinatorRuntime, PartitionWriter
@@ -90,6 +92,47 @@ class GroupCoordinator:
                 self.partition_for(group_id), lambda s, now: s.leave_group(group_id, identities, now), "leave-group")
         except Exception as exc:
             return M.LeaveGroupResponse(error_code=_code(exc))
+
+    # ----- KIP-848 consumer groups --------------------------------------------------------
+    async def consumer_group_heartbeat(self, request: Any, info: RequestInfo) -> Any:
+        try:
+            validate_heartbeat_request(request, info.api_version, self.config.consumer_assignors)
+            return await self.runtime.write(
+                self.partition_for(request.group_id),
+                lambda s, now: s.consumer_group_heartbeat(request, info, now), "consumer-group-heartbeat")
+        except Exception as exc:
+            return M.ConsumerGroupHeartbeatResponse(
+                error_code=_code(exc), error_message=exc.message if isinstance(exc, KafkaError) else None)
+
+    async def consumer_group_describe(self, group_ids: list[str]) -> list[Any]:
+        R = M.ConsumerGroupDescribeResponse
+
+        async def one(partition: int, ids: list[str]) -> list[Any]:
+            try:
+                result: list[Any] = await self.runtime.read(
+                    partition, lambda s: s.consumer_group_describe(ids), "consumer-group-describe")
+                return result
+            except Exception as exc:
+                return [R.DescribedGroup(group_id=g, error_code=_code(exc)) for g in ids]
+
+        valid = [g for g in group_ids if g]
+        parts = await asyncio.gather(*(one(p, ids) for p, ids in self._by_partition(valid).items()))
+        by_id = {d.group_id: d for part in parts for d in part}
+        return [by_id[g] if g else R.DescribedGroup(group_id="", error_code=E.INVALID_GROUP_ID) for g in group_ids]
+
+    async def on_topics_changed(self, created: Iterable[str] = (), deleted: Iterable[str] = (),
+                                changed: Iterable[str] = ()) -> None:
+        """Topics were created, deleted or got partitions: every shard hears of it (consumer
+        groups subscribed to them recompute their assignment at their next heartbeat)."""
+        async def one(partition: int) -> None:
+            try:
+                await self.runtime.write(
+                    partition, lambda s, now: s.on_metadata_change(set(created), set(deleted), set(changed), now),
+                    "metadata-change")
+            except KafkaError:
+                pass  # not loaded: it reads the metadata afresh when it is
+
+        await asyncio.gather(*(one(p) for p in self.runtime.active_partitions()))
 
     # ----- groups -------------------------------------------------------------------------
     def _by_partition(self, group_ids: list[str]) -> dict[int, list[str]]:
@@ -181,14 +224,17 @@ class GroupCoordinator:
 
 
 def create_group_coordinator(
-    writer: PartitionWriter, config_values: Mapping[str, Any], clock: Clock, **shard_options: Any,
+    writer: PartitionWriter, config_values: Mapping[str, Any], clock: Clock, metadata: TopicMetadata | None = None,
+    **shard_options: Any,
 ) -> GroupCoordinator:
     """A group coordinator over `writer` (one log per __consumer_offsets partition). Call
-    `await start()` to load its partitions and `await stop()` on shutdown."""
+    `await start()` to load its partitions and `await stop()` on shutdown. `metadata` gives the
+    cluster's topics (names, ids, partition counts) to KIP-848 consumer groups; tell the
+    coordinator of topic changes with `on_topics_changed`."""
     config = GroupCoordinatorConfig.from_values(config_values)
 
     def shard_factory(partition: int, timer: Timer) -> GroupCoordinatorShard:
-        return GroupCoordinatorShard(timer, config, **shard_options)
+        return GroupCoordinatorShard(timer, config, metadata=metadata, **shard_options)
 
     runtime: CoordinatorRuntime[GroupCoordinatorShard] = CoordinatorRuntime(
         writer, shard_factory, config.num_partitions, clock, name="group-coordinator")

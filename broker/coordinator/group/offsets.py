@@ -15,6 +15,7 @@ from typing import Any
 
 from broker.coordinator.group.classic import ClassicGroup, GroupState
 from broker.coordinator.group.config import GroupCoordinatorConfig
+from broker.coordinator.group.consumer import ConsumerGroup
 from broker.coordinator.group.membership import ClassicGroupManager
 from broker.coordinator.group.records import (
     OffsetAndMetadata,
@@ -140,6 +141,10 @@ class OffsetManager:
                 return  # a simple group, created when the first record is replayed
             # From OffsetCommit v9 an unknown group is GROUP_ID_NOT_FOUND; before, ILLEGAL_GENERATION.
             raise KafkaError(E.GROUP_ID_NOT_FOUND if api_version >= 9 else E.ILLEGAL_GENERATION)
+        if isinstance(group, ConsumerGroup):
+            # KIP-848 members commit with their member epoch (STALE_MEMBER_EPOCH when it is not theirs).
+            group.validate_offset_commit(request.member_id, request.group_instance_id, generation, api_version)
+            return
         group.validate_offset_commit(request.member_id, request.group_instance_id, generation)
         # A commit from a member of a Stable (or rebalancing) group keeps its session alive.
         if group.in_state(GroupState.STABLE, GroupState.PREPARING_REBALANCE):
@@ -152,6 +157,9 @@ class OffsetManager:
         """request: an OffsetFetchRequest.OffsetFetchRequestGroup (topics None: all of them);
         returns an OffsetFetchResponse.OffsetFetchResponseGroup."""
         group = self.groups.get(request.group_id)
+        if isinstance(group, ConsumerGroup):
+            # A member id and epoch are checked when given; librdkafka sends null and -1.
+            group.validate_offset_fetch(request.member_id, request.member_epoch)
         known = group is not None and group.state is not GroupState.DEAD
         stored = self.store.group(request.group_id) if known else {}
         topics = []
@@ -248,5 +256,8 @@ class OffsetManager:
         records: list[Record] = []
         for group_id, group in list(self.groups.items()):
             if self.cleanup_expired_offsets(group_id, now, records) and group.is_empty():
-                records.append(group_metadata_tombstone(group_id))
+                if isinstance(group, ConsumerGroup):
+                    records.extend(group.tombstones())
+                else:
+                    records.append(group_metadata_tombstone(group_id))
         return records

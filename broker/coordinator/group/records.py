@@ -22,6 +22,14 @@ from protocol.primitives import ZERO_UUID
 LEGACY_OFFSET_COMMIT = 0
 OFFSET_COMMIT = 1
 GROUP_METADATA = 2
+CONSUMER_GROUP_METADATA = 3
+CONSUMER_GROUP_PARTITION_METADATA = 4  # replaced by the metadata hash since Kafka 4.1: only tombstoned
+CONSUMER_GROUP_MEMBER_METADATA = 5
+CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA = 6
+CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER = 7
+CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT = 8
+CONSUMER_GROUP_REGULAR_EXPRESSION = 16
+CONSUMER_GROUP_RECORD_TYPES = frozenset([3, 4, 5, 6, 7, 8, 16])
 
 OFFSET_COMMIT_VALUE_VERSION = 4
 OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRY = 1
@@ -33,11 +41,25 @@ _KEYS: dict[int, type] = {
     LEGACY_OFFSET_COMMIT: M.LegacyOffsetCommitKey,
     OFFSET_COMMIT: M.OffsetCommitKey,
     GROUP_METADATA: M.GroupMetadataKey,
+    CONSUMER_GROUP_METADATA: M.ConsumerGroupMetadataKey,
+    CONSUMER_GROUP_PARTITION_METADATA: M.ConsumerGroupPartitionMetadataKey,
+    CONSUMER_GROUP_MEMBER_METADATA: M.ConsumerGroupMemberMetadataKey,
+    CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA: M.ConsumerGroupTargetAssignmentMetadataKey,
+    CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER: M.ConsumerGroupTargetAssignmentMemberKey,
+    CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT: M.ConsumerGroupCurrentMemberAssignmentKey,
+    CONSUMER_GROUP_REGULAR_EXPRESSION: M.ConsumerGroupRegularExpressionKey,
 }
 _VALUES: dict[int, type] = {
     LEGACY_OFFSET_COMMIT: M.LegacyOffsetCommitValue,
     OFFSET_COMMIT: M.OffsetCommitValue,
     GROUP_METADATA: M.GroupMetadataValue,
+    CONSUMER_GROUP_METADATA: M.ConsumerGroupMetadataValue,
+    CONSUMER_GROUP_PARTITION_METADATA: M.ConsumerGroupPartitionMetadataValue,
+    CONSUMER_GROUP_MEMBER_METADATA: M.ConsumerGroupMemberMetadataValue,
+    CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA: M.ConsumerGroupTargetAssignmentMetadataValue,
+    CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER: M.ConsumerGroupTargetAssignmentMemberValue,
+    CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT: M.ConsumerGroupCurrentMemberAssignmentValue,
+    CONSUMER_GROUP_REGULAR_EXPRESSION: M.ConsumerGroupRegularExpressionValue,
 }
 
 
@@ -147,6 +169,108 @@ def empty_group_metadata_record(group_id: str, current_state_timestamp: int | No
 
 def group_metadata_tombstone(group_id: str) -> Record:
     return _key(GROUP_METADATA, M.GroupMetadataKey(group=group_id)), None
+
+
+# ----- KIP-848 consumer groups (all values at version 0) ----------------------------------
+PartitionsByTopic = list[tuple[uuid.UUID, list[int]]]
+"""(topic id, sorted partitions) pairs, as the records list them."""
+
+
+def consumer_group_epoch_record(group_id: str, epoch: int, metadata_hash: int) -> Record:
+    return (_key(CONSUMER_GROUP_METADATA, M.ConsumerGroupMetadataKey(group_id=group_id)),
+            _value(0, M.ConsumerGroupMetadataValue(epoch=epoch, metadata_hash=metadata_hash)))
+
+
+def consumer_group_epoch_tombstone(group_id: str) -> Record:
+    return _key(CONSUMER_GROUP_METADATA, M.ConsumerGroupMetadataKey(group_id=group_id)), None
+
+
+def consumer_group_partition_metadata_tombstone(group_id: str) -> Record:
+    return _key(CONSUMER_GROUP_PARTITION_METADATA, M.ConsumerGroupPartitionMetadataKey(group_id=group_id)), None
+
+
+@dataclass(frozen=True)
+class ClassicProtocolMetadata:
+    """A consumer group member that joined with JoinGroup: its session timeout and protocols."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+
+def consumer_group_member_record(
+    group_id: str, member_id: str, *, instance_id: str | None, rack_id: str | None, client_id: str,
+    client_host: str, subscribed_topic_names: list[str], subscribed_topic_regex: str | None,
+    rebalance_timeout_ms: int, server_assignor: str | None, classic: ClassicProtocolMetadata | None = None,
+) -> Record:
+    V = M.ConsumerGroupMemberMetadataValue
+    value = V(
+        instance_id=instance_id, rack_id=rack_id, client_id=client_id, client_host=client_host,
+        subscribed_topic_names=subscribed_topic_names, subscribed_topic_regex=subscribed_topic_regex,
+        rebalance_timeout_ms=rebalance_timeout_ms, server_assignor=server_assignor,
+        classic_member_metadata=None if classic is None else V.ClassicMemberMetadata(
+            session_timeout_ms=classic.session_timeout_ms,
+            supported_protocols=[V.ClassicProtocol(name=n, metadata=m) for n, m in classic.protocols],
+        ),
+    )
+    return (_key(CONSUMER_GROUP_MEMBER_METADATA, M.ConsumerGroupMemberMetadataKey(group_id=group_id, member_id=member_id)),
+            _value(0, value))
+
+
+def consumer_group_member_tombstone(group_id: str, member_id: str) -> Record:
+    return _key(CONSUMER_GROUP_MEMBER_METADATA,
+                M.ConsumerGroupMemberMetadataKey(group_id=group_id, member_id=member_id)), None
+
+
+def target_assignment_epoch_record(group_id: str, epoch: int) -> Record:
+    return (_key(CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA, M.ConsumerGroupTargetAssignmentMetadataKey(group_id=group_id)),
+            _value(0, M.ConsumerGroupTargetAssignmentMetadataValue(assignment_epoch=epoch)))
+
+
+def target_assignment_epoch_tombstone(group_id: str) -> Record:
+    return _key(CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA,
+                M.ConsumerGroupTargetAssignmentMetadataKey(group_id=group_id)), None
+
+
+def target_assignment_record(group_id: str, member_id: str, partitions: PartitionsByTopic) -> Record:
+    V = M.ConsumerGroupTargetAssignmentMemberValue
+    value = V(topic_partitions=[V.TopicPartition(topic_id=t, partitions=ps) for t, ps in partitions])
+    return (_key(CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER,
+                 M.ConsumerGroupTargetAssignmentMemberKey(group_id=group_id, member_id=member_id)), _value(0, value))
+
+
+def target_assignment_tombstone(group_id: str, member_id: str) -> Record:
+    return _key(CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER,
+                M.ConsumerGroupTargetAssignmentMemberKey(group_id=group_id, member_id=member_id)), None
+
+
+def current_assignment_record(
+    group_id: str, member_id: str, *, member_epoch: int, previous_member_epoch: int, state: int,
+    assigned: PartitionsByTopic, pending_revocation: PartitionsByTopic,
+) -> Record:
+    V = M.ConsumerGroupCurrentMemberAssignmentValue
+    value = V(
+        member_epoch=member_epoch, previous_member_epoch=previous_member_epoch, state=state,
+        assigned_partitions=[V.TopicPartitions(topic_id=t, partitions=ps) for t, ps in assigned],
+        partitions_pending_revocation=[V.TopicPartitions(topic_id=t, partitions=ps) for t, ps in pending_revocation],
+    )
+    return (_key(CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT,
+                 M.ConsumerGroupCurrentMemberAssignmentKey(group_id=group_id, member_id=member_id)), _value(0, value))
+
+
+def current_assignment_tombstone(group_id: str, member_id: str) -> Record:
+    return _key(CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT,
+                M.ConsumerGroupCurrentMemberAssignmentKey(group_id=group_id, member_id=member_id)), None
+
+
+def regular_expression_record(group_id: str, regex: str, topics: list[str], version: int, timestamp_ms: int) -> Record:
+    return (_key(CONSUMER_GROUP_REGULAR_EXPRESSION,
+                 M.ConsumerGroupRegularExpressionKey(group_id=group_id, regular_expression=regex)),
+            _value(0, M.ConsumerGroupRegularExpressionValue(topics=topics, version=version, timestamp=timestamp_ms)))
+
+
+def regular_expression_tombstone(group_id: str, regex: str) -> Record:
+    return _key(CONSUMER_GROUP_REGULAR_EXPRESSION,
+                M.ConsumerGroupRegularExpressionKey(group_id=group_id, regular_expression=regex)), None
 
 
 def parse_record(key: bytes, value: bytes | None) -> tuple[int, Any, Any]:

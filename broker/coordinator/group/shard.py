@@ -3,7 +3,9 @@ partition, its handlers (plain functions returning CoordinatorResult) and `repla
 
 Replay is how offsets, group creation from commits, and deletions (tombstones) change state,
 for fresh records and when loading alike. Classic groups keep their live state in memory and
-write GroupMetadata snapshots (see membership.py); loading replays those snapshots.
+write GroupMetadata snapshots (see membership.py); loading replays those snapshots. KIP-848
+consumer groups (consumer_heartbeat.py) change only by replaying their records. Both kinds
+share one namespace of group ids (`groups`).
 """
 
 from __future__ import annotations
@@ -16,9 +18,13 @@ import structlog
 
 from broker.coordinator.group.classic import ClassicGroup
 from broker.coordinator.group.config import GroupCoordinatorConfig
+from broker.coordinator.group.consumer import ConsumerGroup, StaticTopicMetadata, TopicMetadata
+from broker.coordinator.group.consumer_classic import ClassicMembers
+from broker.coordinator.group.consumer_heartbeat import ConsumerGroupManager
 from broker.coordinator.group.membership import ClassicGroupManager, RequestInfo, join_key, sync_key
 from broker.coordinator.group.offsets import OffsetManager
 from broker.coordinator.group.records import (
+    CONSUMER_GROUP_RECORD_TYPES,
     GROUP_METADATA,
     LEGACY_OFFSET_COMMIT,
     OFFSET_COMMIT,
@@ -42,12 +48,15 @@ class GroupCoordinatorShard:
         timer: Timer,
         config: GroupCoordinatorConfig | None = None,
         new_uuid: Callable[[], str] = lambda: str(uuid.uuid4()),
+        metadata: TopicMetadata | None = None,
     ) -> None:
         self.config = config or GroupCoordinatorConfig()
         self.timer = timer
-        self.groups: dict[str, ClassicGroup] = {}
+        self.groups: dict[str, Any] = {}  # ClassicGroup or ConsumerGroup
         self.classic = ClassicGroupManager(self.groups, timer, self.config, new_uuid)
         self.offsets = OffsetManager(self.groups, self.classic, self.config)
+        self.consumer = ConsumerGroupManager(self.groups, timer, self.config, metadata or StaticTopicMetadata())
+        self.consumer.classic_members = ClassicMembers(self.consumer, self.classic)
 
     # ----- replay and lifecycle -----------------------------------------------------------
     def replay(self, key: bytes, value: bytes | None) -> None:
@@ -56,32 +65,74 @@ class GroupCoordinatorShard:
             self.offsets.replay(k.group, k.topic, k.partition, None if v is None else OffsetAndMetadata.from_value(v))
         elif record_type == GROUP_METADATA:
             if v is None:
-                self.groups.pop(k.group, None)
+                if isinstance(self.groups.get(k.group), ClassicGroup):
+                    del self.groups[k.group]
             else:
                 self.groups[k.group] = ClassicGroup.from_record(k.group, v)
+        elif record_type in CONSUMER_GROUP_RECORD_TYPES:
+            self.consumer.replay(record_type, k, v)
         else:
             # KIP-848 and share group records are not hosted by this shard yet.
             log.debug("ignoring coordinator record", record_type=record_type)
 
     def on_loaded(self, now_ms: int) -> None:
         self.classic.on_loaded(now_ms)
+        self.consumer.on_loaded(now_ms)
         self._schedule_expiration()
 
     def on_unloaded(self) -> None:
         self.classic.on_unloaded()
 
     # ----- classic group membership -------------------------------------------------------
+    # A consumer group serves classic members itself (consumer_classic.py); an empty one makes
+    # way for a classic group.
+    def _classic_members(self) -> ClassicMembers:
+        assert self.consumer.classic_members is not None
+        return self.consumer.classic_members
+
     def join_group(self, request: Any, info: RequestInfo, now_ms: int) -> CoordinatorResult[Any]:
+        group = self.groups.get(request.group_id)
+        if isinstance(group, ConsumerGroup):
+            if group.members:
+                return self._classic_members().join(group, request, info, now_ms)
+            tombstones = group.tombstones()
+            self.consumer.cancel_group_timers(group)
+            del self.groups[request.group_id]  # directly: the tombstones are not replayed
+            log.info("converting an empty consumer group to a classic group", group_id=request.group_id)
+            result = self.classic.join_group(request, info, now_ms)
+            result.records = tombstones + result.records
+            return result
         return self.classic.join_group(request, info, now_ms)
 
     def sync_group(self, request: Any, info: RequestInfo, now_ms: int) -> CoordinatorResult[Any]:
+        group = self.groups.get(request.group_id)
+        if isinstance(group, ConsumerGroup) and group.members:
+            return self._classic_members().sync(group, request)
         return self.classic.sync_group(request, info, now_ms)
 
     def heartbeat(self, request: Any, now_ms: int) -> CoordinatorResult[Any]:
+        group = self.groups.get(request.group_id)
+        if isinstance(group, ConsumerGroup):
+            return self._classic_members().heartbeat(group, request)
         return self.classic.heartbeat(request, now_ms)
 
     def leave_group(self, group_id: str, identities: list[Any], now_ms: int) -> CoordinatorResult[Any]:
+        group = self.groups.get(group_id)
+        if isinstance(group, ConsumerGroup):
+            return self._classic_members().leave(group, identities, now_ms)
         return self.classic.leave_group(group_id, identities, now_ms)
+
+    # ----- KIP-848 consumer groups --------------------------------------------------------
+    def consumer_group_heartbeat(self, request: Any, info: RequestInfo, now_ms: int) -> CoordinatorResult[Any]:
+        return self.consumer.heartbeat(request, info, now_ms)
+
+    def consumer_group_describe(self, group_ids: list[str]) -> list[Any]:
+        return self.consumer.describe(group_ids)
+
+    def on_metadata_change(self, created: set[str], deleted: set[str], changed: set[str],
+                           now_ms: int) -> CoordinatorResult[Any]:
+        self.consumer.on_metadata_change(created, deleted, changed, now_ms)
+        return CoordinatorResult()
 
     # ----- reads --------------------------------------------------------------------------
     def describe_groups(self, group_ids: list[str], api_version: int) -> list[Any]:
@@ -116,9 +167,13 @@ class GroupCoordinatorShard:
                 code = exc.code
             else:
                 self.offsets.delete_all_offsets(group_id, records)
-                records.append(group_metadata_tombstone(group_id))
-                self.timer.cancel(join_key(group_id))
-                self.timer.cancel(sync_key(group_id))
+                if isinstance(group, ConsumerGroup):
+                    records.extend(group.tombstones())
+                    self.consumer.cancel_group_timers(group)
+                else:
+                    records.append(group_metadata_tombstone(group_id))
+                    self.timer.cancel(join_key(group_id))
+                    self.timer.cancel(sync_key(group_id))
             results.append(M.DeleteGroupsResponse.DeletableGroupResult(group_id=group_id, error_code=code))
         return CoordinatorResult(records=records, response=results)
 

@@ -1,0 +1,424 @@
+"""The KIP-848 consumer group: members, epochs, target assignment and derived state.
+
+A ConsumerGroup is changed only by replaying its records (see `consumer_heartbeat.py` for the
+handlers that write them): ConsumerGroupMetadata (group epoch, metadata hash),
+ConsumerGroupMemberMetadata (a member's subscription), ConsumerGroupTargetAssignmentMember and
+...Metadata (the target assignment and its epoch), ConsumerGroupCurrentMemberAssignment (a
+member's epoch, state and partitions) and ConsumerGroupRegularExpression (resolved regexes).
+
+Epochs: the group epoch is bumped when the members or their subscriptions or the subscribed
+topics change; the target assignment is computed for a group epoch (the assignment epoch);
+each member reaches it at its own pace (its member epoch). The group state is derived:
+EMPTY (no member), ASSIGNING (group epoch ahead of the assignment epoch), RECONCILING (some
+member not yet at the target), STABLE.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import struct
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from broker.coordinator.group.reconciliation import EMPTY, Assignment, MemberState
+from broker.coordinator.group.records import (
+    ClassicProtocolMetadata,
+    OffsetAndMetadata,
+    PartitionsByTopic,
+    consumer_group_epoch_tombstone,
+    consumer_group_member_tombstone,
+    consumer_group_partition_metadata_tombstone,
+    current_assignment_record,
+    current_assignment_tombstone,
+    regular_expression_tombstone,
+    target_assignment_epoch_tombstone,
+    target_assignment_tombstone,
+)
+from broker.coordinator.result import Record
+from protocol import messages as M
+from protocol.errors import ErrorCode, KafkaError
+
+GROUP_TYPE = "consumer"
+PROTOCOL_TYPE = "consumer"
+LEAVE_GROUP_MEMBER_EPOCH = -1
+LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
+
+
+class ConsumerGroupState(enum.Enum):
+    EMPTY = "Empty"
+    ASSIGNING = "Assigning"
+    RECONCILING = "Reconciling"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+# ----- topic metadata --------------------------------------------------------------------
+class TopicInfo(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def topic_id(self) -> uuid.UUID: ...
+
+    @property
+    def partitions(self) -> int: ...
+
+
+class TopicMetadata(Protocol):
+    """The cluster's topics as the coordinator sees them (the broker's MetadataStore)."""
+
+    def topic(self, name: str) -> TopicInfo | None: ...
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None: ...
+
+    @property
+    def topics(self) -> Mapping[str, TopicInfo]: ...
+
+
+@dataclass(frozen=True)
+class StaticTopic:
+    name: str
+    topic_id: uuid.UUID
+    partitions: int
+
+
+class StaticTopicMetadata:
+    """A TopicMetadata held in memory (tests, and a coordinator without a broker)."""
+
+    def __init__(self, topics: Iterable[StaticTopic] = ()) -> None:
+        self._by_name: dict[str, StaticTopic] = {t.name: t for t in topics}
+
+    def add(self, name: str, partitions: int, topic_id: uuid.UUID | None = None) -> StaticTopic:
+        info = StaticTopic(name, topic_id or uuid.uuid4(), partitions)
+        self._by_name[name] = info
+        return info
+
+    def remove(self, name: str) -> None:
+        self._by_name.pop(name, None)
+
+    def topic(self, name: str) -> StaticTopic | None:
+        return self._by_name.get(name)
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> StaticTopic | None:
+        return next((t for t in self._by_name.values() if t.topic_id == topic_id), None)
+
+    @property
+    def topics(self) -> Mapping[str, StaticTopic]:
+        return self._by_name
+
+
+def topic_hash(info: TopicInfo) -> int:
+    """A 64-bit hash of what the assignment depends on: id, name, partition count. (Kafka uses
+    XXH3 over the same fields; the value only has to change when they do.)"""
+    h = hashlib.blake2b(digest_size=8)
+    h.update(b"\x00" + info.topic_id.bytes + info.name.encode() + struct.pack(">i", info.partitions))
+    return struct.unpack(">q", h.digest())[0]  # type: ignore[no-any-return]
+
+
+def metadata_hash(topic_names: Iterable[str], metadata: TopicMetadata) -> int:
+    """The group's metadata hash over its subscribed topics that exist (0 when none does)."""
+    hashes = [topic_hash(info) for name in sorted(set(topic_names)) if (info := metadata.topic(name)) is not None]
+    if not hashes:
+        return 0
+    h = hashlib.blake2b(digest_size=8)
+    for value in hashes:
+        h.update(struct.pack(">q", value))
+    return struct.unpack(">q", h.digest())[0]  # type: ignore[no-any-return]
+
+
+def partitions_by_topic(assignment: Assignment) -> PartitionsByTopic:
+    return [(t, sorted(ps)) for t, ps in sorted(assignment.items(), key=lambda kv: str(kv[0]))]
+
+
+# ----- members ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ConsumerGroupMember:
+    """A member; immutable: handlers build the next version with dataclasses.replace."""
+
+    member_id: str
+    member_epoch: int = 0
+    previous_member_epoch: int = -1
+    state: MemberState = MemberState.STABLE
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = -1
+    client_id: str = ""
+    client_host: str = ""
+    subscribed_topic_names: frozenset[str] = frozenset()
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    assigned: Assignment = field(default_factory=dict)
+    pending_revocation: Assignment = field(default_factory=dict)
+    classic: ClassicProtocolMetadata | None = None  # set for a member that joined with JoinGroup
+
+    @property
+    def uses_classic_protocol(self) -> bool:
+        return self.classic is not None
+
+    def is_reconciled_to(self, target_epoch: int) -> bool:
+        return self.state is MemberState.STABLE and self.member_epoch == target_epoch
+
+    def same_metadata(self, other: ConsumerGroupMember) -> bool:
+        """Whether the fields a ConsumerGroupMemberMetadata record holds are equal."""
+        return (self.instance_id, self.rack_id, self.client_id, self.client_host, self.subscribed_topic_names,
+                self.subscribed_topic_regex, self.rebalance_timeout_ms, self.server_assignor, self.classic) == (
+                other.instance_id, other.rack_id, other.client_id, other.client_host, other.subscribed_topic_names,
+                other.subscribed_topic_regex, other.rebalance_timeout_ms, other.server_assignor, other.classic)
+
+    def current_assignment_record(self, group_id: str) -> Record:
+        return current_assignment_record(
+            group_id, self.member_id, member_epoch=self.member_epoch, previous_member_epoch=self.previous_member_epoch,
+            state=int(self.state), assigned=partitions_by_topic(self.assigned),
+            pending_revocation=partitions_by_topic(self.pending_revocation),
+        )
+
+
+@dataclass(frozen=True)
+class ResolvedRegex:
+    topics: frozenset[str]
+    version: int
+    timestamp_ms: int
+
+
+def is_regex(value: str | None) -> bool:
+    return bool(value)
+
+
+# ----- the group -------------------------------------------------------------------------
+class ConsumerGroup:
+    type = GROUP_TYPE
+    protocol_type = PROTOCOL_TYPE
+
+    def __init__(self, group_id: str) -> None:
+        self.group_id = group_id
+        self.group_epoch = 0
+        self.metadata_hash = 0
+        self.assignment_epoch = 0
+        self.members: dict[str, ConsumerGroupMember] = {}  # in order of joining
+        self.static_members: dict[str, str] = {}  # instance id -> member id
+        self.target_assignment: dict[str, Assignment] = {}
+        self.partition_epochs: dict[uuid.UUID, dict[int, int]] = {}  # the epoch of each owned partition
+        self.resolved_regexes: dict[str, ResolvedRegex] = {}
+        self.has_partition_metadata_record = False  # a pre-4.1 ConsumerGroupPartitionMetadata to tombstone
+        # In memory only: when the subscribed topics' metadata must be checked again.
+        self.metadata_refresh_deadline = (0, 0)  # (deadline ms, group epoch); (0, 0): at the next heartbeat
+        self.last_assignment_ms: int | None = None  # when the target assignment was last computed
+
+    # ----- derived state ------------------------------------------------------------------
+    @property
+    def state(self) -> ConsumerGroupState:
+        if not self.members:
+            return ConsumerGroupState.EMPTY
+        if self.group_epoch > self.assignment_epoch:
+            return ConsumerGroupState.ASSIGNING
+        if all(m.is_reconciled_to(self.assignment_epoch) for m in self.members.values()):
+            return ConsumerGroupState.STABLE
+        return ConsumerGroupState.RECONCILING
+
+    def is_empty(self) -> bool:
+        return not self.members
+
+    def in_state(self, *states: Any) -> bool:
+        return self.state in states
+
+    # ----- members ------------------------------------------------------------------------
+    def static_member(self, instance_id: str | None) -> ConsumerGroupMember | None:
+        member_id = None if instance_id is None else self.static_members.get(instance_id)
+        return None if member_id is None else self.members.get(member_id)
+
+    def member_or_raise(self, member_id: str) -> ConsumerGroupMember:
+        member = self.members.get(member_id)
+        if member is None:
+            raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID, "Member %s is not a member of group %s." % (member_id, self.group_id))
+        return member
+
+    def update_member(self, member: ConsumerGroupMember) -> None:
+        old = self.members.get(member.member_id)
+        if old is not None:
+            self._remove_partition_epochs(old)
+        self.members[member.member_id] = member
+        self._add_partition_epochs(member)
+        if member.instance_id is not None:
+            self.static_members[member.instance_id] = member.member_id
+
+    def remove_member(self, member_id: str) -> None:
+        old = self.members.pop(member_id, None)
+        if old is None:
+            return
+        self._remove_partition_epochs(old)
+        if old.instance_id is not None and self.static_members.get(old.instance_id) == member_id:
+            del self.static_members[old.instance_id]
+
+    def _add_partition_epochs(self, member: ConsumerGroupMember) -> None:
+        for assignment in (member.assigned, member.pending_revocation):
+            for topic_id, partitions in assignment.items():
+                epochs = self.partition_epochs.setdefault(topic_id, {})
+                for p in partitions:
+                    previous = epochs.get(p)
+                    if previous is not None and previous >= member.member_epoch:
+                        raise RuntimeError("cannot set the epoch of %s-%d to %d: it is still owned at epoch %d"
+                                           % (topic_id, p, member.member_epoch, previous))
+                    epochs[p] = member.member_epoch
+
+    def _remove_partition_epochs(self, member: ConsumerGroupMember) -> None:
+        for assignment in (member.assigned, member.pending_revocation):
+            for topic_id, partitions in assignment.items():
+                epochs = self.partition_epochs.get(topic_id)
+                if epochs is None:
+                    continue
+                for p in partitions:
+                    if epochs.get(p) == member.member_epoch:
+                        del epochs[p]
+                if not epochs:
+                    del self.partition_epochs[topic_id]
+
+    def current_partition_epoch(self, topic_id: uuid.UUID, partition: int) -> int:
+        """The epoch of the member owning the partition, or -1 if it is free."""
+        return self.partition_epochs.get(topic_id, {}).get(partition, -1)
+
+    def target_assignment_of(self, member_id: str, instance_id: str | None) -> Assignment:
+        """A static member's target is found by its instance id (it may be replacing a member)."""
+        if instance_id is not None:
+            previous = self.static_members.get(instance_id)
+            return self.target_assignment.get(previous, EMPTY) if previous is not None else EMPTY
+        return self.target_assignment.get(member_id, EMPTY)
+
+    # ----- subscriptions ------------------------------------------------------------------
+    def subscribed_regexes(self, members: Iterable[ConsumerGroupMember] | None = None) -> Counter[str]:
+        return Counter(m.subscribed_topic_regex for m in (self.members.values() if members is None else members)
+                       if m.subscribed_topic_regex)
+
+    def subscribed_topic_names(self, members: Iterable[ConsumerGroupMember] | None = None,
+                               resolved: Mapping[str, ResolvedRegex] | None = None) -> set[str]:
+        """Topic names subscribed by name or through a resolved regex."""
+        members = list(self.members.values() if members is None else members)
+        resolved = self.resolved_regexes if resolved is None else resolved
+        names: set[str] = set()
+        for m in members:
+            names.update(m.subscribed_topic_names)
+            regex = m.subscribed_topic_regex
+            if regex and regex in resolved:
+                names.update(resolved[regex].topics)
+        return names
+
+    def member_topic_names(self, member: ConsumerGroupMember) -> set[str]:
+        names = set(member.subscribed_topic_names)
+        regex = member.subscribed_topic_regex
+        if regex and regex in self.resolved_regexes:
+            names.update(self.resolved_regexes[regex].topics)
+        return names
+
+    def is_subscribed_to_topic(self, topic: str) -> bool:
+        return topic in self.subscribed_topic_names()
+
+    def last_regex_refresh_ms(self) -> int:
+        return max((r.timestamp_ms for r in self.resolved_regexes.values()), default=0)
+
+    def last_regex_version(self) -> int:
+        return min((r.version for r in self.resolved_regexes.values()), default=0)
+
+    def preferred_server_assignor(self, members: Iterable[ConsumerGroupMember] | None = None) -> str | None:
+        """The assignor most members asked for (None: none asked)."""
+        counts = Counter(m.server_assignor for m in (self.members.values() if members is None else members)
+                         if m.server_assignor)
+        if not counts:
+            return None
+        return min(counts, key=lambda name: (-counts[name], name))
+
+    def has_metadata_expired(self, now_ms: int) -> bool:
+        deadline, epoch = self.metadata_refresh_deadline
+        return now_ms >= deadline or self.group_epoch < epoch
+
+    def request_metadata_refresh(self) -> None:
+        self.metadata_refresh_deadline = (0, 0)
+
+    # ----- offsets, deletion --------------------------------------------------------------
+    def validate_offset_commit(self, member_id: str, instance_id: str | None, member_epoch: int,
+                               api_version: int) -> None:
+        if member_epoch < 0 and not self.members:
+            return  # the admin client, or a consumer outside group management
+        member = self.member_or_raise(member_id)
+        if not member.uses_classic_protocol and api_version < 9:
+            raise KafkaError(ErrorCode.UNSUPPORTED_VERSION,
+                             "OffsetCommit version 9 or above must be used by members using the modern group protocol")
+        self._validate_member_epoch(member, member_epoch)
+
+    def validate_offset_fetch(self, member_id: str | None, member_epoch: int) -> None:
+        if member_id is None and member_epoch < 0:
+            return  # librdkafka and the admin client send no member
+        member = self.members.get(member_id or "")
+        if member is None:
+            raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID,
+                             "Member %s is not a member of group %s." % (member_id, self.group_id))
+        self._validate_member_epoch(member, member_epoch)
+
+    @staticmethod
+    def _validate_member_epoch(member: ConsumerGroupMember, received: int) -> None:
+        if received != member.member_epoch:
+            code = ErrorCode.ILLEGAL_GENERATION if member.uses_classic_protocol else ErrorCode.STALE_MEMBER_EPOCH
+            raise KafkaError(code, "The received member epoch %d does not match the expected member epoch %d."
+                             % (received, member.member_epoch))
+
+    def validate_offset_delete(self) -> None:
+        return None  # offsets of topics the group does not subscribe to can always go
+
+    def validate_delete_group(self) -> None:
+        if self.members:
+            raise KafkaError(ErrorCode.NON_EMPTY_GROUP)
+
+    def offset_expiration_base(self) -> Callable[[OffsetAndMetadata], int] | None:
+        return lambda om: om.commit_timestamp_ms
+
+    def tombstones(self) -> list[Record]:
+        """The records deleting the group (its offsets are deleted separately)."""
+        g = self.group_id
+        records = [current_assignment_tombstone(g, m) for m in self.members]
+        records += [target_assignment_tombstone(g, m) for m in self.members]
+        records.append(target_assignment_epoch_tombstone(g))
+        records += [consumer_group_member_tombstone(g, m) for m in self.members]
+        records += [regular_expression_tombstone(g, r) for r in self.resolved_regexes]
+        records.append(consumer_group_partition_metadata_tombstone(g))
+        records.append(consumer_group_epoch_tombstone(g))
+        return records
+
+    # ----- descriptions -------------------------------------------------------------------
+    def listed(self) -> Any:
+        return M.ListGroupsResponse.ListedGroup(
+            group_id=self.group_id, protocol_type=PROTOCOL_TYPE, group_state=self.state.value, group_type=GROUP_TYPE,
+        )
+
+    def describe(self, default_assignor: str, metadata: TopicMetadata) -> Any:
+        R = M.ConsumerGroupDescribeResponse
+
+        def topic_partitions(assignment: Assignment) -> list[Any]:
+            out = []
+            for topic_id, partitions in partitions_by_topic(assignment):
+                info = metadata.topic_by_id(topic_id)
+                if info is not None:  # a deleted topic is left out
+                    out.append(R.TopicPartitions(topic_id=topic_id, topic_name=info.name, partitions=partitions))
+            return out
+
+        return R.DescribedGroup(
+            group_id=self.group_id,
+            group_state=self.state.value,
+            group_epoch=self.group_epoch,
+            assignment_epoch=self.assignment_epoch,
+            assignor_name=self.preferred_server_assignor() or default_assignor,
+            members=[
+                R.Member(
+                    member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id, member_epoch=m.member_epoch,
+                    client_id=m.client_id, client_host=m.client_host,
+                    subscribed_topic_names=sorted(m.subscribed_topic_names),
+                    subscribed_topic_regex=m.subscribed_topic_regex,
+                    assignment=R.Assignment(topic_partitions=topic_partitions(m.assigned)),
+                    target_assignment=R.Assignment(
+                        topic_partitions=topic_partitions(self.target_assignment.get(m.member_id, EMPTY))),
+                    member_type=0 if m.uses_classic_protocol else 1,
+                )
+                for m in self.members.values()
+            ],
+        )

@@ -1,0 +1,198 @@
+"""Reconciliation of a KIP-848 member towards its target assignment (Kafka's CurrentAssignmentBuilder).
+
+A member moves towards the target assignment of the group in steps, and never receives a
+partition that another member still owns:
+
+- partitions it must give up are revoked first: it stays at its epoch in UNREVOKED_PARTITIONS
+  until a heartbeat no longer reports them among its owned partitions;
+- it then moves to the target epoch and receives the target partitions nobody owns
+  (STABLE), or those that are free while it waits for the others (UNRELEASED_PARTITIONS);
+- a partition's owner is known by `current_partition_epoch(topic_id, partition)` (-1: free).
+
+`reconcile` is a pure function: the member in, the next member out (the same object when
+nothing changes). The states and their legal moves are data (`MemberState`, `NEXT_STATES`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING
+
+from protocol.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from broker.coordinator.group.consumer import ConsumerGroupMember
+
+Assignment = Mapping[uuid.UUID, frozenset[int]]
+"""Partitions by topic id; a topic with no partition is left out."""
+
+EMPTY: Assignment = {}
+
+
+class MemberState(enum.IntEnum):
+    """Kafka's MemberState, with its int8 value in ConsumerGroupCurrentMemberAssignment records."""
+
+    STABLE = 0
+    UNREVOKED_PARTITIONS = 1
+    UNRELEASED_PARTITIONS = 2
+    UNKNOWN = 127
+
+    @classmethod
+    def from_value(cls, value: int) -> MemberState:
+        try:
+            return cls(value)
+        except ValueError:
+            return cls.UNKNOWN  # a state written by a newer coordinator
+
+
+M = MemberState
+
+# The states reconciliation may move a member to, from each state. UNKNOWN is only ever read
+# from a record; such a member is fenced unless it owns nothing, and then starts afresh.
+NEXT_STATES: dict[MemberState, frozenset[MemberState]] = {
+    M.STABLE: frozenset([M.STABLE, M.UNREVOKED_PARTITIONS, M.UNRELEASED_PARTITIONS]),
+    M.UNREVOKED_PARTITIONS: frozenset([M.STABLE, M.UNREVOKED_PARTITIONS, M.UNRELEASED_PARTITIONS]),
+    M.UNRELEASED_PARTITIONS: frozenset([M.STABLE, M.UNREVOKED_PARTITIONS, M.UNRELEASED_PARTITIONS]),
+    M.UNKNOWN: frozenset([M.STABLE, M.UNRELEASED_PARTITIONS]),
+}
+
+
+# ----- assignments -----------------------------------------------------------------------
+def assignment_of(pairs: Iterable[tuple[uuid.UUID, Iterable[int]]]) -> dict[uuid.UUID, frozenset[int]]:
+    """An Assignment from (topic id, partitions) pairs; repeated topics are merged."""
+    out: dict[uuid.UUID, set[int]] = {}
+    for topic_id, partitions in pairs:
+        out.setdefault(topic_id, set()).update(partitions)
+    return {t: frozenset(ps) for t, ps in out.items() if ps}
+
+
+def union(a: Assignment, b: Assignment) -> dict[uuid.UUID, frozenset[int]]:
+    return assignment_of([*a.items(), *b.items()])
+
+
+def partitions_count(a: Assignment) -> int:
+    return sum(len(ps) for ps in a.values())
+
+
+def is_subset(owned: Assignment | None, target: Assignment) -> bool:
+    """Whether the member owns only partitions of `target` (None: it did not say)."""
+    if owned is None:
+        return True
+    return all(ps <= target.get(t, frozenset()) for t, ps in owned.items())
+
+
+def _owns_any(owned: Assignment | None, partitions: Assignment) -> bool:
+    """Whether a member still owns any of `partitions`; a member that did not report its owned
+    partitions is assumed to own them all."""
+    if owned is None:
+        return True
+    return any(owned.get(t, frozenset()) & ps for t, ps in partitions.items())
+
+
+# ----- the state machine -----------------------------------------------------------------
+def reconcile(
+    member: ConsumerGroupMember,
+    target_epoch: int,
+    target: Assignment,
+    subscribed_topic_ids: frozenset[uuid.UUID],
+    current_partition_epoch: Callable[[uuid.UUID, int], int],
+    owned: Assignment | None,
+    has_subscription_changed: bool = False,
+) -> ConsumerGroupMember:
+    """The member's next state given the group's target assignment.
+
+    subscribed_topic_ids: the member's subscription resolved to existing topics; target
+        partitions of other topics are not handed out and owned ones are revoked.
+    owned: the partitions the member reported owning in this heartbeat (None: not reported).
+    Raises FENCED_MEMBER_EPOCH for a member in an UNKNOWN state that still owns partitions.
+    """
+    state = member.state
+    if state is M.STABLE:
+        if member.member_epoch != target_epoch:
+            nxt = _next_assignment(member, member.member_epoch, target_epoch, target, subscribed_topic_ids,
+                                   current_partition_epoch, owned)
+        elif has_subscription_changed:
+            nxt = _drop_unsubscribed(member, subscribed_topic_ids, owned)
+        else:
+            nxt = member
+    elif state is M.UNREVOKED_PARTITIONS:
+        if _owns_any(owned, member.pending_revocation):
+            # Still revoking; a changed subscription may add partitions to revoke.
+            nxt = _drop_unsubscribed(member, subscribed_topic_ids, owned) if has_subscription_changed else member
+        else:
+            nxt = _next_assignment(member, member.member_epoch, target_epoch, target, subscribed_topic_ids,
+                                   current_partition_epoch, owned)
+    elif state is M.UNRELEASED_PARTITIONS:
+        nxt = _next_assignment(member, member.member_epoch, target_epoch, target, subscribed_topic_ids,
+                               current_partition_epoch, owned)
+    else:
+        if owned is None or any(owned.values()):
+            raise KafkaError(ErrorCode.FENCED_MEMBER_EPOCH,
+                             "The consumer group member is in a unknown state. "
+                             "The member must abandon all its partitions and rejoin.")
+        nxt = _next_assignment(member, target_epoch, target_epoch, target, subscribed_topic_ids,
+                               current_partition_epoch, owned)
+    if nxt.state not in NEXT_STATES[state]:
+        raise AssertionError("illegal member transition %s -> %s" % (state.name, nxt.state.name))
+    return nxt
+
+
+def _drop_unsubscribed(member: ConsumerGroupMember, subscribed: frozenset[uuid.UUID],
+                       owned: Assignment | None) -> ConsumerGroupMember:
+    """The member's subscription changed: revoke what it holds of topics it left, at once
+    (without waiting for a new target assignment)."""
+    kept = {t: ps for t, ps in member.assigned.items() if t in subscribed}
+    if len(kept) == len(member.assigned):
+        return member
+    removed = {t: ps for t, ps in member.assigned.items() if t not in subscribed}
+    pending = union(member.pending_revocation, removed)
+    if pending and _owns_any(owned, pending):
+        return dataclasses.replace(member, state=M.UNREVOKED_PARTITIONS, assigned=kept, pending_revocation=pending)
+    return dataclasses.replace(member, assigned=kept)  # already revoked by the client
+
+
+def _next_assignment(
+    member: ConsumerGroupMember,
+    member_epoch: int,
+    target_epoch: int,
+    target: Assignment,
+    subscribed: frozenset[uuid.UUID],
+    current_partition_epoch: Callable[[uuid.UUID, int], int],
+    owned: Assignment | None,
+) -> ConsumerGroupMember:
+    assigned: dict[uuid.UUID, frozenset[int]] = {}
+    revoking: dict[uuid.UUID, frozenset[int]] = {}
+    to_assign: dict[uuid.UUID, frozenset[int]] = {}
+    unreleased = False
+    for topic_id in set(target) | set(member.assigned):
+        wanted = target.get(topic_id, frozenset()) if topic_id in subscribed else frozenset()
+        current = member.assigned.get(topic_id, frozenset())
+        keep = current & wanted
+        give_up = current - keep
+        # A partition still owned by another member waits; one this member is itself revoking
+        # is not "owned by another" (only one member can own a partition at a time).
+        pending_own = member.pending_revocation.get(topic_id, frozenset())
+        free = frozenset(p for p in wanted - keep
+                         if current_partition_epoch(topic_id, p) == -1 or p in pending_own)
+        unreleased = unreleased or len(free) < len(wanted - keep)
+        if keep:
+            assigned[topic_id] = keep
+        if give_up:
+            revoking[topic_id] = give_up
+        if free:
+            to_assign[topic_id] = free
+
+    if revoking and _owns_any(owned, revoking):
+        # Revoke first: the member keeps its epoch until the client confirms the revocation.
+        return dataclasses.replace(
+            member, state=M.UNREVOKED_PARTITIONS, member_epoch=member_epoch,
+            previous_member_epoch=member.member_epoch, assigned=assigned, pending_revocation=revoking,
+        )
+    new_state = M.UNRELEASED_PARTITIONS if unreleased else M.STABLE
+    return dataclasses.replace(
+        member, state=new_state, member_epoch=target_epoch, previous_member_epoch=member.member_epoch,
+        assigned=union(assigned, to_assign), pending_revocation=EMPTY,
+    )
