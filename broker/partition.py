@@ -11,7 +11,6 @@ transactions yet).
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,16 +21,13 @@ from broker.log.group_commit import GroupCommit
 from broker.producer_state import ProducerStateManager
 from protocol.errors import ErrorCode, KafkaError, ProtocolError
 from protocol.records import (
-    RECORD_BATCH_OVERHEAD,
     BatchHeader,
     iter_batches,
-    parse_batch_header,
     validate_batch,
 )
 
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
-_SCAN_CHUNK = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -134,24 +130,10 @@ class Partition:
 
 
 def scan_batch_headers(log: Log) -> Iterator[BatchHeader]:
-    """Every batch header of the log, read in large chunks (no per-record work, no CRC)."""
+    """Every batch header of the log (headers only: no per-record work, no CRC)."""
     for segment in log.segments:
-        fd = segment.fd
-        size = segment.size
-        position = 0
-        while position < size:
-            chunk = os.pread(fd, min(_SCAN_CHUNK, size - position), position)
-            if not chunk:
-                break
-            consumed = 0
-            for pos, header in iter_batches(chunk):
-                yield header
-                consumed = pos + header.size
-            if consumed == 0:  # one batch larger than the chunk: its header is enough
-                header = parse_batch_header(os.pread(fd, RECORD_BATCH_OVERHEAD, position))
-                yield header
-                consumed = header.size
-            position += consumed
+        for _, header in segment.iter_batches_from(0):
+            yield header
 
 
 class PartitionManager:

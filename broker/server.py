@@ -1,15 +1,24 @@
 """The TCP server: size-prefixed frames in, responses out, in request order per connection.
 
-Each connection is an asyncio.Protocol feeding a FrameSplitter; complete frames queue up and one
+Each connection is an asyncio.BufferedProtocol whose socket reads go straight into its
+FrameSplitter's buffers (a request is not copied on its way in); complete frames queue up and one
 worker task per connection handles them one at a time, as Kafka does (a connection is muted
 until its request is answered), so responses leave in request order. Bad input closes only the
 offending connection.
+
+Responses leave through the transport, except the log data of Fetch responses (FileSlice parts,
+which the codec passes through): a large slice goes from the page cache to the socket with
+os.sendfile once the transport has nothing buffered, so it is never copied into the process;
+a small one is read and written like the other bytes, which is cheaper than the extra syscalls.
+A response is written completely before the worker takes the next request.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import logging
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,13 +26,31 @@ from typing import Any
 import structlog
 
 from broker.apis import APIS, error_response
+from broker.log.segment import FileSlice
 from protocol import frames
 from protocol.errors import ErrorCode, KafkaError, ProtocolError
 from protocol.messages import decode_request, encode_parts
 
 log = structlog.get_logger("broker.server")
 
-_MAX_QUEUED = 32  # frames buffered per connection before reading is paused
+# Reading pauses while a connection has more than this queued (frames or bytes): reading ahead
+# of a busy worker gains nothing, and the receive buffers of frames that were handled go back to
+# the pool instead of new memory being taken for ever more queued frames.
+_MAX_QUEUED = 32
+_MAX_QUEUED_BYTES = 2 * 1024 * 1024
+# Slices smaller than this are copied: pread + one writev beat dup/sendfile/close for them.
+SENDFILE_MIN_BYTES = 64 * 1024
+
+
+def _debug_enabled() -> bool:
+    """Whether the per-request debug line is logged (its fields cost more than the request's metrics)."""
+    is_enabled_for = getattr(log, "is_enabled_for", None)
+    return bool(is_enabled_for(logging.DEBUG)) if is_enabled_for is not None else True
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 @dataclass
@@ -41,11 +68,12 @@ class RequestContext:
     received: float = field(default_factory=time.monotonic)
 
 
-class Connection(asyncio.Protocol):
+class Connection(asyncio.BufferedProtocol):
     def __init__(self, server: KafkaServer) -> None:
         self.server = server
-        self.splitter = frames.FrameSplitter(server.max_request_size)
-        self.queue: collections.deque[bytes] = collections.deque()
+        self.splitter = frames.FrameSplitter(server.max_request_size, server.buffers)
+        self.queue: collections.deque[memoryview] = collections.deque()
+        self.queued_bytes = 0
         self.transport: asyncio.Transport | None = None
         self.worker: asyncio.Task[None] | None = None
         self.peer: tuple[str, int] = ("?", 0)
@@ -54,33 +82,45 @@ class Connection(asyncio.Protocol):
         self.draining = False  # shutting down: the current request completes, no new one starts
         self._reading_paused = False
         self._can_write: asyncio.Future[None] | None = None
+        self.socket_fd = -1  # the socket for os.sendfile; -1: every response goes through the transport
 
-    # asyncio.Protocol ----------------------------------------------------------------------
+    # asyncio.BufferedProtocol --------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's transport is not a subclass
         peer = transport.get_extra_info("peername")
         if peer:
             self.peer = (peer[0], peer[1])
+        sock = transport.get_extra_info("socket")
+        if sock is not None and hasattr(os, "sendfile") and transport.get_extra_info("sslcontext") is None:
+            self.socket_fd = sock.fileno()
         self.server.connections.add(self)
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.splitter.get_buffer(sizehint)
+
+    def buffer_updated(self, nbytes: int) -> None:
         self.last_active = time.monotonic()
         try:
-            for frame in self.splitter.feed(data):
+            for frame in self.splitter.buffer_updated(nbytes):
                 self.queue.append(frame)
+                self.queued_bytes += len(frame)
         except frames.FrameTooLarge as exc:
             log.warning("closing connection: request too large", peer=self.peer, size=exc.size, limit=exc.limit)
             self.close()
             return
         if self.queue and self.worker is None and not self.closing and not self.draining:
             self.worker = asyncio.get_running_loop().create_task(self._work())
-        if len(self.queue) > _MAX_QUEUED and not self._reading_paused and self.transport:
+        if (
+            (len(self.queue) > _MAX_QUEUED or self.queued_bytes > _MAX_QUEUED_BYTES)
+            and not self._reading_paused and self.transport
+        ):
             self._reading_paused = True
             self.transport.pause_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
         self.server.connections.discard(self)
+        self.splitter.release()
         if self.worker is not None:
             self.worker.cancel()
         if self._can_write is not None and not self._can_write.done():
@@ -103,7 +143,11 @@ class Connection(asyncio.Protocol):
         try:
             while self.queue and not self.closing and not self.draining:
                 frame = self.queue.popleft()
-                if self._reading_paused and len(self.queue) <= _MAX_QUEUED // 2 and self.transport:
+                self.queued_bytes -= len(frame)
+                if (
+                    self._reading_paused and len(self.queue) <= _MAX_QUEUED // 2
+                    and self.queued_bytes <= _MAX_QUEUED_BYTES // 2 and self.transport
+                ):
                     self._reading_paused = False
                     self.transport.resume_reading()
                 await self._handle(frame)
@@ -113,7 +157,7 @@ class Connection(asyncio.Protocol):
             self.worker = None
             self.last_active = time.monotonic()
 
-    async def _handle(self, frame: bytes) -> None:
+    async def _handle(self, frame: memoryview) -> None:
         try:
             header = frames.decode_request_header(frame)
         except ProtocolError as exc:
@@ -140,7 +184,7 @@ class Connection(asyncio.Protocol):
             self.close()
             return
         try:
-            request = decode_request(header.api_key, header.api_version, memoryview(frame)[header.body_offset :])
+            request = decode_request(header.api_key, header.api_version, frame[header.body_offset :])
         except ProtocolError as exc:
             log.warning(
                 "closing connection: malformed request", peer=self.peer, api=api.name, version=header.api_version,
@@ -173,31 +217,134 @@ class Connection(asyncio.Protocol):
         if response is None:  # the handler sends nothing back (Produce with acks=0)
             return
         try:
-            self._send(response, header, header.api_version,
-                       frames.response_header_version(header.api_key, header.api_version))
+            rest = self._send(response, header, header.api_version,
+                              frames.response_header_version(header.api_key, header.api_version))
         except Exception:
             # a response we cannot encode is a broker bug: the client would wait for it forever
             log.exception("closing connection: cannot encode response", api=api.name, version=header.api_version,
                           client_id=header.client_id)
             self.close()
             return
-        log.debug(
-            "request", client_id=header.client_id, api=api.name, version=header.api_version,
-            correlation_id=header.correlation_id, latency_ms=round((time.monotonic() - ctx.received) * 1000, 3),
-        )
+        if rest is not None:
+            await self._write_with_slices(rest)
+        if self.server.debug:
+            log.debug(
+                "request", client_id=header.client_id, api=api.name, version=header.api_version,
+                correlation_id=header.correlation_id, latency_ms=round((time.monotonic() - ctx.received) * 1000, 3),
+            )
 
-    def _send(self, response: Any, header: frames.RequestHeader, version: int, header_version: int) -> None:
+    def _send(self, response: Any, header: frames.RequestHeader, version: int, header_version: int) -> list[Any] | None:
+        """Encode and write the response; if it holds FileSlices, return its parts for
+        `_write_with_slices` instead (the common case stays a plain call, no coroutine)."""
         if self.transport is None or self.closing:
-            return
+            return None
         parts = encode_parts(response, version)
         head = frames.encode_response_header(header.correlation_id, header_version)
-        size = len(head) + sum(len(p) for p in parts)
-        self.transport.writelines([frames.size_prefix(size), head, *parts])
+        size = len(head)
+        slices = False
+        for part in parts:
+            size += len(part)
+            if part.__class__ is FileSlice:
+                slices = True
         self.server.broker.metrics.response_sent(header.api_key, size)
+        if slices:
+            return [frames.size_prefix(size), head, *parts]
+        self.transport.writelines([frames.size_prefix(size), head, *parts])
+        return None
+
+    # log data: sendfile ----------------------------------------------------------------------
+    async def _write_with_slices(self, parts: list[Any]) -> None:
+        """Write `parts` in order: bytes through the transport, large FileSlices with os.sendfile."""
+        transport = self.transport
+        assert transport is not None
+        threshold = self.server.sendfile_min_bytes if self.socket_fd >= 0 else None
+        run: list[Any] = []
+        out_fd = -1  # our own duplicate of the socket: valid even if the transport closes meanwhile
+        try:
+            for part in parts:
+                if part.__class__ is not FileSlice:
+                    run.append(part)
+                    continue
+                if threshold is None or part.length < threshold:
+                    run.append(part.read())
+                    continue
+                if run:
+                    transport.writelines(run)
+                    run = []
+                if transport.get_write_buffer_size():
+                    await self._drain()  # sendfile must not overtake bytes still in the transport
+                if self.closing or transport.is_closing():
+                    return
+                if out_fd < 0:
+                    out_fd = os.dup(self.socket_fd)
+                if not await self._sendfile(out_fd, part):
+                    return
+            if run and not (self.closing or transport.is_closing()):
+                transport.writelines(run)
+        except (OSError, KafkaError, ValueError) as exc:
+            # the client went away, or the segment could not be read: the frame is cut short
+            if not self.closing:
+                if isinstance(exc, ConnectionError):
+                    log.debug("connection lost while sending a fetch response", peer=self.peer, error=str(exc))
+                else:
+                    log.warning("closing connection: response not written", peer=self.peer, error=str(exc))
+                self.close()
+        finally:
+            if out_fd >= 0:
+                os.close(out_fd)
+
+    async def _sendfile(self, out_fd: int, piece: FileSlice) -> bool:
+        """Send the whole slice; False if the connection closed first."""
+        in_fd = piece.fileno()
+        offset, remaining = piece.position, piece.length
+        metrics = self.server.broker.metrics
+        while remaining:
+            try:
+                sent = os.sendfile(out_fd, in_fd, offset, remaining)
+            except BlockingIOError:  # the socket buffer is full
+                metrics.sendfile_waits.inc()
+                await self._writable(out_fd)
+                if self.closing or self.transport is None or self.transport.is_closing():
+                    return False
+                continue
+            if sent == 0:
+                raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, "segment ends before the slice at %d" % offset)
+            offset += sent
+            remaining -= sent
+            metrics.sendfile_bytes.inc(sent)
+        return True
+
+    async def _writable(self, fd: int) -> None:
+        """Until the socket takes more bytes (watched through our duplicate of it: the loop refuses
+        to watch a descriptor its transport owns)."""
+        loop = asyncio.get_running_loop()
+        ready: asyncio.Future[None] = loop.create_future()
+        loop.add_writer(fd, _resolve, ready)
+        try:
+            await ready
+        finally:
+            loop.remove_writer(fd)
+
+    async def _drain(self) -> None:
+        """Until the transport has written everything it buffered: with a high-water mark of 0 it
+        calls pause_writing now and resume_writing once its buffer is empty."""
+        transport = self.transport
+        assert transport is not None
+        low, high = transport.get_write_buffer_limits()
+        transport.set_write_buffer_limits(high=0, low=0)
+        try:
+            while transport.get_write_buffer_size() and not self.closing:
+                if self._can_write is None or self._can_write.done():
+                    self._can_write = asyncio.get_running_loop().create_future()
+                await self._can_write
+        finally:
+            if not transport.is_closing():
+                transport.set_write_buffer_limits(high=high, low=low)
 
     def close(self) -> None:
         self.closing = True
         self.queue.clear()
+        self.queued_bytes = 0
         if self.transport is not None:
             self.transport.close()
 
@@ -210,7 +357,10 @@ class KafkaServer:
         self.max_request_size = max_request_size
         self.idle_s = idle_ms / 1000.0
         self.connections: set[Connection] = set()
+        self.buffers = frames.BufferPool()  # receive buffers, shared by the connections
         self.servers: list[asyncio.base_events.Server] = []
+        self.sendfile_min_bytes = SENDFILE_MIN_BYTES  # a FileSlice at least this long is sent with os.sendfile
+        self.debug = _debug_enabled()  # read once: the logging configuration is set before the server starts
         self._reaper: asyncio.Task[None] | None = None
 
     async def listen(self, host: str, port: int) -> int:

@@ -20,6 +20,7 @@ from protocol.messages import REQUESTS
 API_VERSIONS_KEY = 18
 _HEADER_FIXED = struct.Struct(">hhi")  # api key, api version, correlation id
 _SIZE = struct.Struct(">i")
+_MIN_READ = 4096  # less free space than this: continue in another buffer rather than read a sliver
 
 
 class RequestHeader(NamedTuple):
@@ -111,50 +112,155 @@ class FrameTooLarge(ProtocolError):
         self.limit = limit
 
 
-class FrameSplitter:
-    """Accumulates received bytes and yields complete frames (without their size prefix).
+def _in_use(array: bytearray) -> bool:
+    """Whether a memoryview (a frame) still points into `array`: a bytearray refuses to be resized
+    while one does. (Shrinking by one byte and growing back never reallocates.)"""
+    try:
+        last = array.pop()
+    except BufferError:
+        return True
+    array.append(last)
+    return False
 
-    `max_size` is socket.request.max.bytes: a larger (or negative) size raises FrameTooLarge
-    before the frame is buffered, so an oversized request costs no memory.
+
+class BufferPool:
+    """Receive buffers that FrameSplitters retire, handed out again once no frame points into them.
+
+    Fresh memory is dear: a large bytearray is mapped anew, page-faulted in and zero-filled, which
+    costs more than the copies that receiving in place avoids. One pool serves all the connections
+    of a server; it keeps at most `max_bytes` of retired buffers (oldest dropped first).
     """
 
-    __slots__ = ("_buf", "max_size")
+    __slots__ = ("_retired", "_bytes", "max_bytes", "chunk_size")
 
-    def __init__(self, max_size: int = 100 * 1024 * 1024) -> None:
-        self._buf = bytearray()
-        self.max_size = max_size
+    def __init__(self, max_bytes: int = 64 * 1024 * 1024, chunk_size: int = 64 * 1024) -> None:
+        self.max_bytes = max_bytes
+        self.chunk_size = max(chunk_size, _MIN_READ)
+        self._retired: list[bytearray] = []  # oldest first; some may still be in use
+        self._bytes = 0
 
-    def feed(self, data: bytes) -> Iterator[bytes]:
-        buf = self._buf
-        if not buf and len(data) >= 4:
-            # fast path: whole frames in a fresh chunk are sliced without copying into the buffer
-            pos = 0
-            end = len(data)
-            while end - pos >= 4:
-                (size,) = _SIZE.unpack_from(data, pos)
-                if size < 0 or size > self.max_size:
-                    raise FrameTooLarge(size, self.max_size)
-                if end - pos - 4 < size:
+    def take(self, capacity: int) -> bytearray:
+        """A buffer of at least `capacity` bytes: the smallest retired one free again, or a new one
+        of whole chunks (so that frames of similar sizes fit each other's buffers)."""
+        retired = self._retired
+        best = -1
+        best_size = 0
+        for i, array in enumerate(retired):
+            size = len(array)
+            if size >= capacity and (best < 0 or size < best_size) and not _in_use(array):
+                best, best_size = i, size
+                if size == capacity:
                     break
-                yield data[pos + 4 : pos + 4 + size]
-                pos += 4 + size
-            if pos < end:
-                buf += data[pos:] if pos else data
+        if best >= 0:
+            self._bytes -= best_size
+            return retired.pop(best)
+        chunk = self.chunk_size
+        return bytearray(-(-capacity // chunk) * chunk)
+
+    def give(self, array: bytearray) -> None:
+        if len(array) > self.max_bytes // 4:
             return
-        buf += data
-        pos = 0
-        end = len(buf)
+        self._retired.append(array)
+        self._bytes += len(array)
+        while self._bytes > self.max_bytes:
+            self._bytes -= len(self._retired.pop(0))
+
+    @property
+    def retired_bytes(self) -> int:
+        return self._bytes
+
+
+class FrameSplitter:
+    """Receives bytes into buffers it owns and yields complete frames (without their size prefix).
+
+    Two ways in: `get_buffer()` + `buffer_updated(n)` let a socket read straight into the buffer
+    (asyncio.BufferedProtocol), and `feed(data)` copies bytes in. Frames come out as read-only
+    memoryviews over the buffer; a buffer is never resized, and never written where a frame still
+    points, so a frame stays valid for as long as it is referenced (the decoded request's records
+    fields point into it). Once the size of a frame is known and the frame does not fit in the
+    current buffer, the splitter continues in a buffer with room for it (from `pool`) and moves
+    the bytes received so far there; the rest of the frame is then received in place, so a large
+    request is never copied.
+
+    `max_size` is socket.request.max.bytes: a larger (or negative) size raises FrameTooLarge
+    before the frame is buffered, so an oversized request costs no memory. (A frame within the
+    limit gets its whole buffer as soon as its size is read, as Kafka allocates its receive
+    buffer.) Iterate what `buffer_updated`/`feed` return to its end before the next read.
+    """
+
+    __slots__ = ("_array", "_buf", "_start", "_end", "pool", "max_size")
+
+    def __init__(self, max_size: int = 100 * 1024 * 1024, pool: BufferPool | None = None) -> None:
+        self.max_size = max_size
+        self.pool = pool if pool is not None else BufferPool(max_bytes=4 * 1024 * 1024)
+        self._array: bytearray | None = None  # taken at the first read: an idle connection holds none
+        self._buf = memoryview(b"")  # the current buffer: over _array
+        self._start = 0  # first received byte not handed out yet
+        self._end = 0  # end of the received bytes
+
+    def get_buffer(self, sizehint: int = -1) -> memoryview:
+        """Free space to receive into (never empty); report what was written with `buffer_updated`."""
+        buf, start, end = self._buf, self._start, self._end
+        free = len(buf) - end
+        if end - start >= 4:
+            (size,) = _SIZE.unpack_from(buf, start)
+            if 0 <= size <= self.max_size and start + 4 + size > len(buf):
+                self._move(4 + size)
+            elif free == 0:  # only after an invalid size, which buffer_updated has reported
+                self._move(end - start + _MIN_READ)
+        elif free < _MIN_READ:
+            self._move(_MIN_READ)
+        return self._buf[self._end :]
+
+    def _move(self, capacity: int) -> None:
+        """Continue in another buffer of at least `capacity` bytes, taking the bytes of the
+        incomplete frame along; the current one goes back to the pool."""
+        array = self.pool.take(capacity)
+        buf = memoryview(array)
+        pending = self._end - self._start
+        buf[:pending] = self._buf[self._start : self._end]
+        self.release()
+        self._array, self._buf, self._start, self._end = array, buf, 0, pending
+
+    def release(self) -> None:
+        """Give the current buffer back to the pool (when the connection closes, or on a move)."""
+        if self._array is not None:
+            self._buf.release()  # our own view of it; the frames' views keep it busy until they go
+            self.pool.give(self._array)
+            self._array, self._buf, self._start, self._end = None, memoryview(b""), 0, 0
+
+    def buffer_updated(self, nbytes: int) -> Iterator[memoryview]:
+        """`nbytes` were written at the start of the last `get_buffer()`: the frames completed."""
+        if nbytes < 0 or self._end + nbytes > len(self._buf):
+            raise ValueError("buffer_updated(%d) beyond the buffer handed out" % nbytes)
+        self._end += nbytes
+        return self._frames()
+
+    def _frames(self) -> Iterator[memoryview]:
+        buf = self._buf
+        pos, end, limit = self._start, self._end, self.max_size
         while end - pos >= 4:
             (size,) = _SIZE.unpack_from(buf, pos)
-            if size < 0 or size > self.max_size:
-                raise FrameTooLarge(size, self.max_size)
-            if end - pos - 4 < size:
+            if size < 0 or size > limit:
+                raise FrameTooLarge(size, limit)
+            stop = pos + 4 + size
+            if stop > end:
                 break
-            yield bytes(buf[pos + 4 : pos + 4 + size])
-            pos += 4 + size
-        if pos:
-            del buf[:pos]
+            self._start = stop
+            yield buf[pos + 4 : stop].toreadonly()
+            pos = stop
+
+    def feed(self, data: Any) -> Iterator[memoryview]:
+        """Copy `data` (any bytes-like object) in and yield the frames it completes."""
+        view = memoryview(data).cast("B")
+        while view:
+            target = self.get_buffer()
+            n = min(len(target), len(view))
+            target[:n] = view[:n]
+            view = view[n:]
+            yield from self.buffer_updated(n)
 
     @property
     def buffered(self) -> int:
-        return len(self._buf)
+        """Bytes received but not yet handed out as a frame."""
+        return self._end - self._start

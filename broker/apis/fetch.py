@@ -4,7 +4,8 @@ A fetch that finds fewer than min_bytes waits on its partitions' append notifica
 sleep loop) until enough arrived or max_wait_ms passed. Fetch sessions (KIP-227) are declined
 by answering session id 0, so clients keep sending full requests (epoch 0 or -1); an incremental
 request (epoch > 0) is answered with FETCH_SESSION_ID_NOT_FOUND, since no session exists. Records
-are never null (librdkafka rejects that).
+are never null (librdkafka rejects that); they are the log's FileSlices, which the server sends
+from the page cache (broker/server.py) rather than copying them through the process.
 """
 
 from __future__ import annotations
@@ -104,7 +105,9 @@ def _read_all(targets: list[_Target], request: Any, isolation: int) -> tuple[lis
         entry.log_start_offset = partition.log_start_offset
         size = len(info.records)
         if size:
-            entry.records = info.records.read()
+            # the FileSlice itself: the codec passes it through and the server sends it from the
+            # page cache (sendfile) or reads it, once the response is written
+            entry.records = info.records
             total += size
             remaining -= size
     return out, total

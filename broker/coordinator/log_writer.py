@@ -1,25 +1,72 @@
 """A PartitionWriter on the storage engine: each internal-topic partition (`__consumer_offsets-N`)
 is a broker.log Log, compacted like Kafka's.
 
-An append writes one record batch (CreateTime now, uncompressed) with the coordinator's origin,
-so the data reaches the OS before the response is released (it survives `kill -9`); when the
-log's flush policy (`flush.messages` / `flush.ms`) asks for an fsync, concurrent appends of the
-partition share one (GroupCommit). Loading reads every batch from the log start, skipping
-control batches.
+A write appends one record batch (CreateTime now, uncompressed) with the coordinator's origin,
+synchronously, so the data reaches the OS before the response is released (it survives
+`kill -9`); only when the log's flush policy (`flush.messages` / `flush.ms`) asks for an fsync
+is there something to await, and concurrent waiters of the partition share one (GroupCommit).
+Loading reads every batch from the log start, skipping control batches.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+import struct
+import time
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+
+import crc32c
 
 from broker.coordinator.result import Record
 from broker.log import Log, LogConfig
 from broker.log.group_commit import GroupCommit
 from broker.log.validation import AppendOrigin
-from protocol.records import build_batch, decode_batch, iter_batches
+from protocol.primitives import encode_varint
+from protocol.records import (
+    ATTRIBUTES_OFFSET,
+    CRC_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC_V2,
+    NO_PARTITION_LEADER_EPOCH,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    RECORD_BATCH_OVERHEAD,
+    decode_batch,
+    iter_batches,
+)
 
 _CONTROL = 0x20  # batch attribute: control batch (transaction markers)
 _READ_CHUNK = 1 << 20
+_BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")  # RecordBatch v2, up to the first record
+_UINT32 = struct.Struct(">I")
+
+
+def coordinator_batch(records: Sequence[Record], now_ms: int | None = None) -> bytes:
+    """One uncompressed RecordBatch v2 of the records, all stamped `now_ms` (CreateTime; default
+    the wall clock), no producer, no headers: the bytes protocol.records.build_batch gives for
+    them, written out here because every commit pays for it."""
+    if now_ms is None:
+        now_ms = time.time_ns() // 1_000_000
+    batch = bytearray(RECORD_BATCH_OVERHEAD)
+    for offset_delta, (key, value) in enumerate(records):
+        record = bytearray(b"\x00\x00")  # attributes (unused), timestamp delta 0
+        record += encode_varint(offset_delta)
+        record += encode_varint(len(key))
+        record += key
+        if value is None:
+            record += b"\x01"  # length -1: a tombstone
+        else:
+            record += encode_varint(len(value))
+            record += value
+        record += b"\x00"  # no headers
+        batch += encode_varint(len(record))
+        batch += record
+    _BATCH_HEADER.pack_into(
+        batch, 0, 0, len(batch) - LOG_OVERHEAD, NO_PARTITION_LEADER_EPOCH, MAGIC_V2, 0, 0, len(records) - 1,
+        now_ms, now_ms, NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE, len(records),
+    )
+    _UINT32.pack_into(batch, CRC_OFFSET, crc32c.crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:]))
+    return bytes(batch)
 
 
 def internal_topic_log_config(defaults: LogConfig, segment_bytes: int | None = None) -> LogConfig:
@@ -53,16 +100,25 @@ class LogPartitionWriter:
             commit = self._commits[partition] = GroupCommit(log.flush, log.recovery_point)
         return commit
 
-    async def append(self, partition: int, records: Sequence[Record]) -> int:
+    def write(self, partition: int, records: Sequence[Record]) -> Awaitable[int] | None:
+        """Append one batch to the partition's log (it reaches the OS before this returns); None,
+        unless the log's flush policy asks for an fsync: then the shared one to await."""
+        if not records:
+            return None
         log = self._log_for(partition)
-        batch = build_batch([(key, value) for key, value in records])
-        log.append(batch, origin=AppendOrigin.COORDINATOR)
-        end = log.log_end_offset
+        log.append(coordinator_batch(records), origin=AppendOrigin.COORDINATOR)
         if self._on_append is not None:
             self._on_append(partition)
-        if log.needs_flush():
-            await self._commit_for(partition, log).commit(end)
-        return end
+        if not log.needs_flush():
+            return None
+        return self._commit_for(partition, log).commit(log.log_end_offset)
+
+    async def append(self, partition: int, records: Sequence[Record]) -> int:
+        """`write`, then wait until the records are durable; returns the log end offset."""
+        waiting = self.write(partition, records)
+        if waiting is not None:
+            await waiting
+        return self._log_for(partition).log_end_offset
 
     def read(self, partition: int) -> Iterator[Record]:
         log = self._existing_log(partition)

@@ -1,14 +1,25 @@
 """The coordinator runtime: one shard per internal-topic partition, one event queue and one task each.
 
 Modelled on Kafka's CoordinatorRuntime. A write operation `(shard, now_ms) -> CoordinatorResult`
-runs on the partition's task, so shards need no locks. The task takes every queued operation
-(up to `max_batch`), runs them one after the other, replays their records into the shard, makes
-all their records durable with one `PartitionWriter.append`, and only then releases their
-responses in order. If the append fails, the shard is rebuilt from its log (the operations'
-effects are gone) and every operation of the batch fails with the error Kafka maps the append
-error to (NOT_COORDINATOR for a storage error).
+runs while it holds its partition, so shards need no locks. Operations of a partition run one
+after the other in arrival order: each replays its records into the shard, the records are
+written to the partition's log, and the responses are released, in order, only once the records
+are durable under the flush policy. If the write fails, the shard is rebuilt from its log (the
+operations' effects are gone) and every operation concerned fails with the error Kafka maps the
+append error to (NOT_COORDINATOR for a storage error).
 
-Read operations queue like writes, so they see only state whose records are durable.
+Two ways through, with the same order and durability:
+- the fast path: when the partition is idle (nothing queued, nothing in flight) the operation runs
+  at once in the caller's task. With the usual flush policy the log write reaches the OS
+  synchronously, so the response is ready without a single event-loop hop; when an fsync must be
+  awaited (or the write failed), that tail runs in a task of its own, holding the partition, so a
+  cancelled caller cannot cut it short;
+- the queue: otherwise the operation queues, and the partition's task takes every queued operation
+  (up to `max_batch`), runs them, makes all their records durable with one write, then releases
+  their responses in order.
+
+Read operations always queue (a read is also a barrier: it answers after what was submitted
+before it), so they see only state whose records are durable.
 
 Loading replays the partition's log into a fresh shard; meanwhile its operations get
 COORDINATOR_LOAD_IN_PROGRESS. A partition this runtime does not host answers NOT_COORDINATOR.
@@ -18,8 +29,9 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+import functools
+from collections import defaultdict, deque
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 import structlog
@@ -31,6 +43,8 @@ from protocol.errors import ErrorCode, KafkaError
 log = structlog.get_logger("broker.coordinator")
 
 _INT32_MIN = -(2**31)
+_PARTITION_CACHE_SIZE = 8192
+_FAST_PATH_BURST = 32
 
 
 def java_string_hashcode(s: str) -> int:
@@ -47,17 +61,21 @@ def java_abs(n: int) -> int:
     return 0 if n == _INT32_MIN else abs(n)
 
 
+@functools.lru_cache(maxsize=_PARTITION_CACHE_SIZE)
 def partition_for(key: str, num_partitions: int) -> int:
-    """The internal-topic partition of a group id or transactional id, exactly as Kafka."""
+    """The internal-topic partition of a group id or transactional id, exactly as Kafka.
+    Cached (bounded LRU): every request of a group asks again."""
     return java_abs(java_string_hashcode(key)) % num_partitions
 
 
 class PartitionWriter(Protocol):
     """Where a runtime keeps its records: one log per internal-topic partition."""
 
-    async def append(self, partition: int, records: Sequence[Record]) -> int:
-        """Append the records; return the log end offset once they are durable under the flush
-        policy. Raises (KafkaError or OSError) if they could not be written."""
+    def write(self, partition: int, records: Sequence[Record]) -> Awaitable[Any] | None:
+        """Append the records to the partition's log now, past the process (they survive `kill -9`).
+        Returns None when they are as durable as the flush policy asks, else an awaitable that
+        completes once they are (raising if the flush failed). Raises (KafkaError or OSError) if
+        they could not be written. Synchronous, so the usual case costs no await."""
         ...
 
     def read(self, partition: int) -> Iterable[Record]:
@@ -66,21 +84,20 @@ class PartitionWriter(Protocol):
 
 
 class InMemoryWriter:
-    """A PartitionWriter in memory, for tests; `fail_next` makes the next append raise."""
+    """A PartitionWriter in memory, for tests; `fail_next` makes the next write raise."""
 
     def __init__(self) -> None:
         self.logs: dict[int, list[Record]] = defaultdict(list)
         self.fail_next: BaseException | None = None
         self.appends = 0
 
-    async def append(self, partition: int, records: Sequence[Record]) -> int:
+    def write(self, partition: int, records: Sequence[Record]) -> Awaitable[Any] | None:
         if self.fail_next is not None:
             exc, self.fail_next = self.fail_next, None
             raise exc
         self.appends += 1
-        log_ = self.logs[partition]
-        log_.extend(records)
-        return len(log_)
+        self.logs[partition].extend(records)
+        return None
 
     def read(self, partition: int) -> Iterable[Record]:
         return list(self.logs[partition])
@@ -127,8 +144,12 @@ class _Event:
 
     def __init__(self, op: Op, future: asyncio.Future[Any] | None, name: str) -> None:
         self.op = op
-        self.future = future  # None for timer expiries: nobody waits for them
+        self.future = future  # None for timer expiries (nobody waits) and fast-path operations
         self.name = name
+
+
+# What running an operation gave: its result, or the error its caller gets.
+_Outcome = tuple[CoordinatorResult[Any] | None, BaseException | None]
 
 
 class _Partition(Generic[S]):
@@ -136,8 +157,11 @@ class _Partition(Generic[S]):
         self.index = index
         self.state = PartitionState.LOADING
         self.shard: S | None = None
-        self.queue: asyncio.Queue[_Event | None] = asyncio.Queue()
+        self.queue: deque[_Event] = deque()
+        self.busy = False  # operations are running (fast path or the task): others queue
+        self.wakeup: asyncio.Future[None] | None = None  # the idle task waits on it
         self.task: asyncio.Task[None] | None = None
+        self.tail: asyncio.Task[None] | None = None  # a fast-path operation's fsync or reload
         self.timer: CoordinatorTimer | None = None
 
 
@@ -163,6 +187,8 @@ class CoordinatorRuntime(Generic[S]):
         self.max_batch = max_batch
         self.load_yield_every = load_yield_every
         self._partitions: dict[int, _Partition[S]] = {}
+        self._burst_task: asyncio.Task[Any] | None = None  # the last task to take the fast path
+        self._burst = 0  # how many fast-path writes it made since it last gave the loop a turn
 
     # ----- routing and inspection --------------------------------------------------------
     def partition_for(self, key: str) -> int:
@@ -177,7 +203,7 @@ class CoordinatorRuntime(Generic[S]):
 
     def queue_size(self, partition: int) -> int:
         part = self._partitions.get(partition)
-        return part.queue.qsize() if part else 0
+        return len(part.queue) if part else 0
 
     def shard(self, partition: int) -> S:
         part = self._partitions.get(partition)
@@ -218,13 +244,14 @@ class CoordinatorRuntime(Generic[S]):
             await self.load(p)
 
     async def unload(self, partition: int) -> None:
-        """Stop hosting `partition`: pending operations and parked responses get NOT_COORDINATOR."""
+        """Stop hosting `partition`: operations queued before run, then later ones and parked
+        responses get NOT_COORDINATOR."""
         part = self._partitions.pop(partition, None)
         if part is None:
             return
         part.state = PartitionState.CLOSED
-        if part.task is not None:
-            part.queue.put_nowait(None)
+        if part.task is not None:  # it runs what was queued, after any fast-path operation in flight
+            self._wake(part)
             await part.task
         self._fail_queued(part, ErrorCode.NOT_COORDINATOR)
         if part.timer is not None:
@@ -241,19 +268,50 @@ class CoordinatorRuntime(Generic[S]):
         """Run `op` on the partition's shard; returns its response once its records are durable
         (and, for a Deferred response, once that is complete). Raises KafkaError."""
         part = self._active(partition)
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        part.queue.put_nowait(_Event(op, fut, name))
-        response = await fut
+        if part.busy or part.queue:
+            response = await self._enqueue(part, op, name)
+        else:
+            response = await self._write_now(part, _Event(op, None, name))
+            await self._after_fast_path()
         if isinstance(response, Deferred):
             return await response.wait()
         return response
 
     async def read(self, partition: int, fn: Callable[[S], Any], name: str = "read") -> Any:
-        """Run `fn(shard)` on the partition's task; it sees only durable state."""
-        return await self.write(partition, lambda shard, _now: CoordinatorResult(response=fn(shard)), name)
+        """Run `fn(shard)` in turn with the partition's writes; it sees only durable state.
+
+        A read always queues, never takes the fast path: it answers on a later turn of the event
+        loop, after the operations submitted meanwhile, so callers may use it as a barrier."""
+        part = self._active(partition)
+        response = await self._enqueue(part, lambda shard, _now: CoordinatorResult(response=fn(shard)), name)
+        if isinstance(response, Deferred):
+            return await response.wait()
+        return response
+
+    async def _after_fast_path(self) -> None:
+        # The fast path never gives the event loop a turn. A task writing in a row (a connection
+        # working through pipelined commits) gives one every _FAST_PATH_BURST writes, so that it
+        # cannot starve the other connections; a task per request (the usual case) never pays.
+        task = asyncio.current_task()
+        if task is not self._burst_task:
+            self._burst_task, self._burst = task, 1
+        elif self._burst < _FAST_PATH_BURST:
+            self._burst += 1
+        else:
+            self._burst = 0
+            await asyncio.sleep(0)
+
+    def _enqueue(self, part: _Partition[S], op: Op, name: str) -> asyncio.Future[Any]:
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        part.queue.append(_Event(op, fut, name))
+        if not part.busy:
+            self._wake(part)
+        return fut
 
     def _active(self, partition: int) -> _Partition[S]:
         part = self._partitions.get(partition)
+        if part is not None and part.state is PartitionState.ACTIVE:
+            return part
         if part is None or part.state in (PartitionState.FAILED, PartitionState.CLOSED):
             raise KafkaError(ErrorCode.NOT_COORDINATOR, "this broker does not host partition %d" % partition)
         if part.state is PartitionState.LOADING:
@@ -262,40 +320,100 @@ class CoordinatorRuntime(Generic[S]):
 
     def _submit_timer_op(self, part: _Partition[S], op: Op) -> None:
         if part.state is PartitionState.ACTIVE:
-            part.queue.put_nowait(_Event(op, None, "timer"))
+            part.queue.append(_Event(op, None, "timer"))
+            if not part.busy:
+                self._wake(part)
+
+    # ----- the fast path ------------------------------------------------------------------
+    async def _write_now(self, part: _Partition[S], ev: _Event) -> Any:
+        """Run one operation on an idle partition in the caller's task."""
+        part.busy = True
+        try:
+            outcomes, records = self._run_ops(part, (ev,))
+            waiting, failure = self._write_records(part, records)
+        except BaseException:
+            self._release(part)
+            raise
+        if waiting is None and failure is None:
+            try:
+                response, error = self._released(part, outcomes[0])
+            finally:
+                self._release(part)
+            if error is not None:
+                raise error
+            return response
+        # An fsync to await or a failed write: finish in a task of its own, holding the partition.
+        if failure is not None:
+            part.state = PartitionState.LOADING  # from now on, as the task reloads the shard
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        ev.future = fut
+        part.tail = asyncio.get_running_loop().create_task(self._finish_tail(part, [ev], outcomes, waiting, failure))
+        return await fut
+
+    async def _finish_tail(self, part: _Partition[S], batch: list[_Event], outcomes: list[_Outcome],
+                           waiting: Awaitable[Any] | None, failure: BaseException | None) -> None:
+        try:
+            await self._complete(part, batch, outcomes, waiting, failure)
+        except Exception:  # a bug in the runtime itself
+            log.exception("coordinator operation failed", coordinator=self.name, partition=part.index)
+            for ev in batch:
+                self._finish(ev, None, KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR))
+        finally:
+            part.tail = None
+            self._release(part)
+
+    def _release(self, part: _Partition[S]) -> None:
+        part.busy = False
+        if part.queue or part.state is not PartitionState.ACTIVE:
+            self._wake(part)
+
+    def _wake(self, part: _Partition[S]) -> None:
+        if part.wakeup is not None and not part.wakeup.done():
+            part.wakeup.set_result(None)
 
     # ----- the partition's task -----------------------------------------------------------
     async def _run(self, part: _Partition[S]) -> None:
+        loop = asyncio.get_running_loop()
         queue = part.queue
         while True:
-            first = await queue.get()
-            if first is None:
-                return
-            batch = [first]
-            stop = False
-            while len(batch) < self.max_batch and not queue.empty():
-                ev = queue.get_nowait()
-                if ev is None:
-                    stop = True
-                    break
-                batch.append(ev)
-            try:
-                await self._process(part, batch)
-            except Exception:  # a bug in the runtime itself: keep the partition alive
-                log.exception("coordinator batch failed", coordinator=self.name, partition=part.index)
-                for ev in batch:
-                    self._finish(ev, None, KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR))
-            if stop:
-                return
-            if part.state is PartitionState.FAILED:
+            if part.busy:
+                pass  # a fast-path operation holds the partition: its release wakes us
+            elif part.state is PartitionState.FAILED:
                 self._fail_queued(part, ErrorCode.NOT_COORDINATOR)
                 return
+            elif queue:
+                batch = [queue.popleft() for _ in range(min(len(queue), self.max_batch))]
+                part.busy = True
+                try:
+                    await self._process(part, batch)
+                except Exception:  # a bug in the runtime itself: keep the partition alive
+                    log.exception("coordinator batch failed", coordinator=self.name, partition=part.index)
+                    for ev in batch:
+                        self._finish(ev, None, KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR))
+                finally:
+                    part.busy = False
+                continue
+            elif part.state is PartitionState.CLOSED:
+                return
+            part.wakeup = loop.create_future()
+            try:
+                await part.wakeup
+            finally:
+                part.wakeup = None
 
     async def _process(self, part: _Partition[S], batch: list[_Event]) -> None:
+        outcomes, records = self._run_ops(part, batch)
+        waiting, failure = self._write_records(part, records)
+        await self._complete(part, batch, outcomes, waiting, failure)
+
+    # ----- the steps of both paths --------------------------------------------------------
+    def _run_ops(self, part: _Partition[S], batch: Sequence[_Event]) -> tuple[list[_Outcome], list[Record]]:
+        """Run the operations one after the other, replaying their records; returns each one's
+        outcome and all their records."""
         shard = part.shard
         assert shard is not None
         now = self.clock.now_ms()
-        done: list[tuple[_Event, CoordinatorResult[Any] | None, BaseException | None]] = []
+        outcomes: list[_Outcome] = []
         records: list[Record] = []
         for ev in batch:
             try:
@@ -303,38 +421,63 @@ class CoordinatorRuntime(Generic[S]):
                 if res.replay:
                     for key, value in res.records:
                         shard.replay(key, value)
-                records.extend(res.records)
-                done.append((ev, res, None))
+                records += res.records
+                outcomes.append((res, None))
             except KafkaError as exc:
-                done.append((ev, None, exc))
+                outcomes.append((None, exc))
             except Exception as exc:
                 log.exception("coordinator operation failed", coordinator=self.name, partition=part.index, op=ev.name)
-                done.append((ev, None, KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, str(exc))))
+                outcomes.append((None, KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, str(exc))))
+        return outcomes, records
 
-        if records:
+    def _write_records(self, part: _Partition[S], records: list[Record]
+                       ) -> tuple[Awaitable[Any] | None, BaseException | None]:
+        """Write the records (synchronously); returns what durability still waits on, or the error."""
+        if not records:
+            return None, None
+        try:
+            return self.writer.write(part.index, records), None
+        except Exception as exc:
+            return None, exc
+
+    async def _complete(self, part: _Partition[S], batch: Sequence[_Event], outcomes: list[_Outcome],
+                        waiting: Awaitable[Any] | None, failure: BaseException | None) -> None:
+        """Wait for durability, then release the responses in order; on a failure reload the shard
+        and fail the operations."""
+        if waiting is not None:
             try:
-                await self.writer.append(part.index, records)
+                await waiting
             except Exception as exc:
-                code = append_error_code(exc)
-                log.warning(
-                    "coordinator append failed; reloading the partition",
-                    coordinator=self.name, partition=part.index, error=repr(exc), code=code.name,
-                )
-                await self._reload(part)
-                error = KafkaError(code, "append to the coordinator log failed: %s" % exc)
-                for ev, _result, err in done:
-                    self._finish(ev, None, err or error)
-                return
+                failure = exc
+        if failure is not None:
+            code = append_error_code(failure)
+            log.warning(
+                "coordinator append failed; reloading the partition",
+                coordinator=self.name, partition=part.index, error=repr(failure), code=code.name,
+            )
+            await self._reload(part)
+            error = KafkaError(code, "append to the coordinator log failed: %s" % failure)
+            for ev, (_result, err) in zip(batch, outcomes):
+                self._finish(ev, None, err or error)
+            return
+        for ev, outcome in zip(batch, outcomes):
+            response, err = self._released(part, outcome)
+            self._finish(ev, response, err)
 
-        for ev, result, err in done:
-            if result is not None and result.on_durable is not None:
-                try:
-                    result.on_durable()
-                except Exception as exc:
-                    log.exception("coordinator on_durable failed", coordinator=self.name, partition=part.index)
-                    err = KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, str(exc))
-            self._finish(ev, result.response if result is not None else None, err)
+    def _released(self, part: _Partition[S], outcome: _Outcome) -> tuple[Any, BaseException | None]:
+        """Once durable: the operation's on_durable, then its response (or error)."""
+        result, err = outcome
+        if result is None:
+            return None, err
+        if result.on_durable is not None:
+            try:
+                result.on_durable()
+            except Exception as exc:
+                log.exception("coordinator on_durable failed", coordinator=self.name, partition=part.index)
+                return None, KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, str(exc))
+        return result.response, err
 
+    # ----- loading ------------------------------------------------------------------------
     async def _build_shard(self, part: _Partition[S]) -> S:
         assert part.timer is not None
         shard = self.shard_factory(part.index, part.timer)
@@ -375,10 +518,8 @@ class CoordinatorRuntime(Generic[S]):
                 log.exception("coordinator shard unload failed", coordinator=self.name, partition=part.index)
 
     def _fail_queued(self, part: _Partition[S], code: ErrorCode) -> None:
-        while not part.queue.empty():
-            ev = part.queue.get_nowait()
-            if ev is not None:
-                self._finish(ev, None, KafkaError(code))
+        while part.queue:
+            self._finish(part.queue.popleft(), None, KafkaError(code))
 
     def _finish(self, ev: _Event, response: Any, error: BaseException | None) -> None:
         if ev.future is None:

@@ -26,7 +26,7 @@ E = ErrorCode
 REQ = M.ConsumerGroupHeartbeatRequest
 
 CONFIG = GroupCoordinatorConfig(num_partitions=1, consumer_heartbeat_interval_ms=5000,
-                                consumer_session_timeout_ms=45000)
+                                consumer_session_timeout_ms=45000, consumer_unreleased_wait_ms=0)
 
 
 def tid(name: str) -> uuid.UUID:
@@ -46,6 +46,7 @@ class ConsumerHarness(ShardHarness):
         self.queue: deque[Op] = deque()
         self.timer = CoordinatorTimer(self.clock, self.queue.append)
         self.shard = GroupCoordinatorShard(self.timer, config, metadata=self.metadata)
+        self.allow_held = False  # whether a heartbeat may come back as a Deferred (consumer_wait.py)
         self.log: list[Record] = []
         if log is not None:
             for key, value in log:
@@ -87,7 +88,7 @@ class ConsumerHarness(ShardHarness):
             response = self.run(lambda s, now: s.consumer_group_heartbeat(request, info, now)).response
         except KafkaError as exc:
             return M.ConsumerGroupHeartbeatResponse(error_code=exc.code, error_message=exc.message)
-        assert not isinstance(response, Deferred)
+        assert self.allow_held or not isinstance(response, Deferred)
         return response
 
     def hb(self, member_id: str, epoch: int, *, group: str = "g", topics: list[str] | None = None,
@@ -144,13 +145,31 @@ class Client:
     joined: bool = False
     errors: list[int] = dataclasses.field(default_factory=list)
     last_ok_ms: int = 0  # when the coordinator last accepted a heartbeat of this client
+    inflight: Deferred[Any] | None = None  # a heartbeat the coordinator holds back (consumer_wait.py)
+    sent_ms: int = 0
 
     def poll(self) -> Any:
+        """One heartbeat and its response; None while a held heartbeat is still unanswered (the
+        client sends no other meanwhile)."""
+        if self.inflight is not None:
+            if not self.inflight.done():
+                return None
+            response, self.inflight = self.inflight.result(), None
+            return self._apply(response)
+        self.sent_ms = self.h.now
         if not self.joined:
             response = self.h.cjoin(self.member_id, self.topics, instance=self.instance, group=self.group)
         else:
             response = self.h.hb(self.member_id, self.epoch, group=self.group, instance=self.instance,
                                  owned={t: sorted(ps) for t, ps in self.owned.items()})
+        if isinstance(response, Deferred):
+            if not response.done():
+                self.inflight = response
+                return None
+            response = response.result()
+        return self._apply(response)
+
+    def _apply(self, response: Any) -> Any:
         if response.error_code:
             self.errors.append(response.error_code)
             if response.error_code in (E.FENCED_MEMBER_EPOCH, E.UNKNOWN_MEMBER_ID):
@@ -159,7 +178,7 @@ class Client:
                 self.epoch = 0
             return response
         self.joined = True
-        self.last_ok_ms = self.h.now
+        self.last_ok_ms = self.sent_ms
         self.epoch = response.member_epoch
         if response.assignment is not None:
             self.owned = {tp.topic_id: frozenset(tp.partitions) for tp in response.assignment.topic_partitions
@@ -167,6 +186,7 @@ class Client:
         return response
 
     def leave(self) -> Any:
+        self.inflight = None  # a held heartbeat is answered with an error once the member is gone
         epoch = -2 if self.instance is not None else -1
         response = self.h.hb(self.member_id, epoch, group=self.group, instance=self.instance)
         self.owned = {}

@@ -67,26 +67,35 @@ def test_join_v3_needs_no_member_id_round_trip(h: ShardHarness) -> None:
     assert parked.result().member_id == "client-u0"
 
 
-def test_initial_delay_extended_by_new_members_up_to_rebalance_timeout(h: ShardHarness) -> None:
+def test_initial_delay_is_not_extended_when_every_member_has_joined(h: ShardHarness) -> None:
     a = h.join("g", version=3, rebalance_ms=30000)
     h.advance(1000)
     b = h.join("g", version=3, rebalance_ms=30000)
-    h.advance(2000)  # t=3000: B arrived during the delay, so it is extended by another delay
+    h.advance(1999)
     assert not a.done() and not b.done()
-    h.advance(3000)
+    h.advance(1)  # t=3000: one delay, and every known member has joined
     assert a.result().error_code == b.result().error_code == E.NONE
     assert len(a.result().members) == 2 or len(b.result().members) == 2
 
-    # With a short rebalance timeout the delay cannot be extended past it.
-    h2 = ShardHarness()
-    joins = [h2.join("g", version=3, rebalance_ms=4000)]
-    for _ in range(10):
-        h2.advance(1000)
-        if joins[0].done():
-            break
-        joins.append(h2.join("g", version=3, rebalance_ms=4000))
-    assert joins[0].done()
-    assert h2.now - 1_700_000_000_000 <= 4000 + 1000
+
+def test_initial_join_waits_for_pending_members_after_the_delay(h: ShardHarness) -> None:
+    a = h.join("g", version=3, rebalance_ms=30000)
+    pending_id = h.join("g", version=4, rebalance_ms=30000).result().member_id  # MEMBER_ID_REQUIRED
+    h.advance(3000)
+    assert not a.done()  # the delay is over but a member given an id has not rejoined yet
+    b = h.join("g", member_id=pending_id, version=4, rebalance_ms=30000)
+    assert a.result().error_code == b.result().error_code == E.NONE
+    assert h.now - 1_700_000_000_000 == 3000
+
+
+def test_initial_join_stops_waiting_at_the_rebalance_timeout() -> None:
+    h = ShardHarness()
+    a = h.join("g", version=3, rebalance_ms=4000)
+    h.join("g", version=4, rebalance_ms=4000)  # pending, never rejoins
+    h.advance(3000)
+    assert not a.done()
+    h.advance(1000)
+    assert a.result().error_code == E.NONE
 
 
 def test_zero_initial_delay_completes_at_once() -> None:

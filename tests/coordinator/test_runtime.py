@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Iterable, Sequence
 from typing import Any
 
 import pytest
@@ -130,10 +130,10 @@ async def test_response_waits_for_durability_and_batches_share_one_append() -> N
             self.gate = asyncio.Event()
             self.batches: list[int] = []
 
-        async def append(self, partition: int, records: Sequence[Record]) -> int:
-            await self.gate.wait()
+        def write(self, partition: int, records: Sequence[Record]) -> Awaitable[Any]:
+            super().write(partition, records)
             self.batches.append(len(records))
-            return await super().append(partition, records)
+            return self.gate.wait()
 
     writer = GatedWriter()
     rt = await runtime_with(writer)

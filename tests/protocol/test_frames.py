@@ -9,6 +9,7 @@ import pytest
 
 from protocol.errors import ErrorCode, ProtocolError
 from protocol.frames import (
+    BufferPool,
     FrameSplitter,
     FrameTooLarge,
     RequestHeader,
@@ -110,6 +111,117 @@ def test_oversized_size_split_across_chunks() -> None:
     assert list(fs.feed(b"\x00\x01")) == []
     with pytest.raises(FrameTooLarge):
         list(fs.feed(b"\x00\x00"))
+
+
+# ----- FrameSplitter: receiving in place (asyncio.BufferedProtocol) ---------------------------
+
+
+def receive(fs: FrameSplitter, data: bytes, rng: random.Random) -> list[memoryview]:
+    """What a socket does: write at most len(get_buffer()) bytes into it, then buffer_updated."""
+    out: list[memoryview] = []
+    pos = 0
+    while pos < len(data):
+        target = fs.get_buffer(65536)
+        assert len(target) > 0 and not target.readonly
+        n = min(len(target), len(data) - pos, rng.choice([1, 3, 4, 7, 100, 4096, 65536, 1 << 20]))
+        target[:n] = data[pos : pos + n]
+        pos += n
+        out.extend(fs.buffer_updated(n))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_receive_in_place_random_reads(seed: int) -> None:
+    rng = random.Random(seed)
+    sizes = [0, 1, 3, 4, 5, 100, 5000, 70_000, 300_000]
+    bodies = [rng.randbytes(rng.choice(sizes)) for _ in range(rng.randint(1, 15))]
+    fs = FrameSplitter(pool=BufferPool(max_bytes=1 << 20, chunk_size=4096))
+    frames = receive(fs, framed(*bodies), rng)
+    assert [bytes(f) for f in frames] == bodies
+    assert fs.buffered == 0
+
+
+def test_frames_are_read_only_and_stay_intact() -> None:
+    """Frames handed out are never written again, though reading goes on (and buffers move)."""
+    rng = random.Random(7)
+    fs = FrameSplitter(pool=BufferPool(max_bytes=1 << 20, chunk_size=4096))
+    bodies = [rng.randbytes(n) for n in (10, 3000, 5000, 20_000, 1, 4093)] * 5
+    kept: list[memoryview] = []
+    for body in bodies:
+        kept.extend(receive(fs, framed(body), rng))
+    assert [bytes(f) for f in kept] == bodies
+    assert all(f.readonly for f in kept)
+    with pytest.raises(TypeError):
+        kept[0][0] = 1  # type: ignore[index]
+
+
+def test_large_frame_is_received_in_place() -> None:
+    """Once a frame's size is known, get_buffer offers room for all of it: the body goes
+    straight into the buffer the frame is handed out from (no copy)."""
+    fs = FrameSplitter()
+    body = random.Random(1).randbytes(3 * 1024 * 1024 + 17)
+    data = framed(body)
+    head = fs.get_buffer()
+    head[:100] = data[:100]  # the size prefix and a little of the body, as a first read would
+    assert list(fs.buffer_updated(100)) == []
+    target = fs.get_buffer()
+    assert len(target) >= len(data) - 100
+    target[: len(data) - 100] = data[100:]
+    (frame,) = fs.buffer_updated(len(data) - 100)
+    assert frame.obj is target.obj
+    assert frame == body
+    assert fs.buffered == 0
+
+
+def test_buffer_updated_checks_the_count() -> None:
+    fs = FrameSplitter()
+    target = fs.get_buffer()
+    with pytest.raises(ValueError):
+        fs.buffer_updated(len(target) + 1)
+    with pytest.raises(ValueError):
+        fs.buffer_updated(-1)
+
+
+def test_receive_buffers_are_reused_once_frames_are_gone() -> None:
+    pool = BufferPool(max_bytes=8 << 20)
+    fs = FrameSplitter(pool=pool)
+    big = b"\x01" * 500_000
+    (first,) = fs.feed(framed(big))
+    array = first.obj
+    (second,) = fs.feed(framed(big))
+    assert second.obj is not array  # the first frame still points into its buffer
+    assert first == big and second == big
+    del first
+    (third,) = fs.feed(framed(big))
+    assert third.obj is array  # free again: taken from the pool, not allocated
+    assert third == big and second == big
+
+
+def test_pool_prefers_the_smallest_free_buffer_and_is_bounded() -> None:
+    pool = BufferPool(max_bytes=1 << 20, chunk_size=4096)
+    small, large = pool.take(4096), pool.take(200_000)
+    assert len(small) == 4096 and len(large) == 200_704  # whole chunks
+    pool.give(large)
+    pool.give(small)
+    assert pool.take(100) is small
+    view = memoryview(large)[10:20]  # a frame still points into it
+    assert len(pool.take(100_000)) == 102_400  # so a new one
+    del view
+    assert pool.take(100_000) is large
+    pool.give(bytearray(300_000))  # more than a quarter of the pool: not kept
+    assert pool.retired_bytes == 0
+    for _ in range(6):
+        pool.give(bytearray(200_000))
+    assert pool.retired_bytes <= 1 << 20
+
+
+def test_release_returns_the_buffer() -> None:
+    pool = BufferPool()
+    fs = FrameSplitter(pool=pool)
+    assert [bytes(f) for f in fs.feed(framed(b"abc") + b"\x00\x00")] == [b"abc"]
+    assert pool.retired_bytes == 0
+    fs.release()
+    assert pool.retired_bytes > 0 and fs.buffered == 0
 
 
 # ----- request headers -----------------------------------------------------------------------

@@ -122,7 +122,7 @@ class ClassicGroup:
     num_awaiting_join: int = 0
     supported_protocols: Counter[str] = field(default_factory=Counter)
     subscribed_topics: set[str] | None = None  # None: unknown
-    new_member_added: bool = False  # a member joined during the initial rebalance delay
+    initial_delay_elapsed: bool = False  # the initial rebalance delay is over; the join waits only for pending members
 
     type = GROUP_TYPE
 

@@ -33,6 +33,26 @@ class GroupCoordinatorConfig:
     consumer_assignment_interval_ms: int = 0
     consumer_regex_refresh_interval_ms: int = 10 * 60 * 1000  # group.consumer.regex.refresh.interval.ms
     consumer_migration_policy: str = "bidirectional"  # group.consumer.migration.policy
+    # Not a Kafka setting: how long a heartbeat of a member waiting for partitions still owned by
+    # another may be held back (consumer_wait.py); -1: half the heartbeat interval, at most 2.5 s.
+    consumer_unreleased_wait_ms: int = -1
+
+    # Not a Kafka setting: the first target assignment of a group that was empty waits this long
+    # for other members to join (as Kafka's group.streams.initial.rebalance.delay.ms does for
+    # streams groups), the joins being held meanwhile; -1: 200 ms, within the wait above.
+    consumer_initial_assignment_delay_ms: int = -1
+
+    @property
+    def unreleased_wait_ms(self) -> int:
+        if self.consumer_unreleased_wait_ms >= 0:
+            return self.consumer_unreleased_wait_ms
+        return min(self.consumer_heartbeat_interval_ms // 2, 2500)
+
+    @property
+    def initial_assignment_delay_ms(self) -> int:
+        if self.consumer_initial_assignment_delay_ms >= 0:
+            return self.consumer_initial_assignment_delay_ms
+        return min(200, self.unreleased_wait_ms // 2)  # no delay when joins are not held
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> GroupCoordinatorConfig:

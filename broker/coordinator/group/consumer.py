@@ -15,6 +15,7 @@ member not yet at the target), STABLE.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import hashlib
 import struct
@@ -24,8 +25,16 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from broker.coordinator.group.reconciliation import EMPTY, Assignment, MemberState
+from broker.coordinator.group.classic import ClassicGroup
+from broker.coordinator.group.reconciliation import EMPTY, Assignment, MemberState, assignment_of
 from broker.coordinator.group.records import (
+    CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT,
+    CONSUMER_GROUP_MEMBER_METADATA,
+    CONSUMER_GROUP_METADATA,
+    CONSUMER_GROUP_PARTITION_METADATA,
+    CONSUMER_GROUP_REGULAR_EXPRESSION,
+    CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER,
+    CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA,
     ClassicProtocolMetadata,
     OffsetAndMetadata,
     PartitionsByTopic,
@@ -422,3 +431,93 @@ class ConsumerGroup:
                 for m in self.members.values()
             ],
         )
+
+
+# ----- replay ------------------------------------------------------------------------------
+
+def _persisted_group(groups: dict[str, Any], group_id: str, create: bool) -> ConsumerGroup | None:
+    group = groups.get(group_id)
+    if isinstance(group, ConsumerGroup):
+        return group
+    if group is not None and not (isinstance(group, ClassicGroup) and group.protocol_type is None
+                                  and not group.members):
+        raise RuntimeError("group %s is not a consumer group" % group_id)
+    if not create:
+        return None
+    # A "simple" classic group only holds offsets: the consumer group replaces it.
+    new = ConsumerGroup(group_id)
+    groups[group_id] = new
+    return new
+
+
+def replay_consumer_group_record(groups: dict[str, Any], record_type: int, key: Any, value: Any) -> None:
+    """Apply one consumer group record (a None value is a tombstone) to `groups`."""
+    group = _persisted_group(groups, key.group_id, value is not None)
+    if group is None:
+        return  # a tombstone for a group that is gone
+    if record_type == CONSUMER_GROUP_METADATA:
+        if value is not None:
+            group.group_epoch = value.epoch
+            group.metadata_hash = value.metadata_hash
+        else:
+            if group.members or group.target_assignment or group.assignment_epoch != -1:
+                raise RuntimeError("tombstone for consumer group %s which still has members" % key.group_id)
+            del groups[key.group_id]
+    elif record_type == CONSUMER_GROUP_PARTITION_METADATA:
+        group.has_partition_metadata_record = value is not None
+    elif record_type == CONSUMER_GROUP_MEMBER_METADATA:
+        _replay_member(group, key.member_id, value)
+    elif record_type == CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA:
+        group.assignment_epoch = -1 if value is None else value.assignment_epoch
+    elif record_type == CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER:
+        if value is None:
+            group.target_assignment.pop(key.member_id, None)
+        else:
+            group.target_assignment[key.member_id] = assignment_of(
+                (tp.topic_id, tp.partitions) for tp in value.topic_partitions)
+    elif record_type == CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT:
+        _replay_current_assignment(group, key.member_id, value)
+    elif record_type == CONSUMER_GROUP_REGULAR_EXPRESSION:
+        if value is None:
+            group.resolved_regexes.pop(key.regular_expression, None)
+        else:
+            group.resolved_regexes[key.regular_expression] = ResolvedRegex(
+                frozenset(value.topics), value.version, value.timestamp)
+
+
+def _replay_member(group: ConsumerGroup, member_id: str, value: Any) -> None:
+    old = group.members.get(member_id)
+    if value is None:
+        if old is None:
+            return
+        if old.member_epoch != LEAVE_GROUP_MEMBER_EPOCH:
+            raise RuntimeError("member %s removed before its assignment" % member_id)
+        group.remove_member(member_id)
+        return
+    classic = value.classic_member_metadata
+    group.update_member(dataclasses.replace(
+        old or ConsumerGroupMember(member_id),
+        instance_id=value.instance_id, rack_id=value.rack_id, client_id=value.client_id,
+        client_host=value.client_host, subscribed_topic_names=frozenset(value.subscribed_topic_names),
+        subscribed_topic_regex=value.subscribed_topic_regex, rebalance_timeout_ms=value.rebalance_timeout_ms,
+        server_assignor=value.server_assignor,
+        classic=None if classic is None else ClassicProtocolMetadata(
+            classic.session_timeout_ms, tuple((p.name, bytes(p.metadata)) for p in classic.supported_protocols)),
+    ))
+
+
+def _replay_current_assignment(group: ConsumerGroup, member_id: str, value: Any) -> None:
+    old = group.members.get(member_id)
+    if value is None:
+        if old is not None:
+            group.update_member(dataclasses.replace(
+                old, member_epoch=LEAVE_GROUP_MEMBER_EPOCH, previous_member_epoch=LEAVE_GROUP_MEMBER_EPOCH,
+                assigned=EMPTY, pending_revocation=EMPTY))
+        return
+    group.update_member(dataclasses.replace(
+        old or ConsumerGroupMember(member_id),
+        member_epoch=value.member_epoch, previous_member_epoch=value.previous_member_epoch,
+        state=MemberState.from_value(value.state),
+        assigned=assignment_of((tp.topic_id, tp.partitions) for tp in value.assigned_partitions),
+        pending_revocation=assignment_of((tp.topic_id, tp.partitions) for tp in value.partitions_pending_revocation),
+    ))

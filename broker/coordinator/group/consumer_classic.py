@@ -311,6 +311,8 @@ class ClassicMembers:
 
         log.info("classic member joins the consumer group", group_id=group_id, member_id=joined_id,
                  epoch=updated.member_epoch)
+        if records:
+            self.m.waits.group_changed(group_id)  # it may have given up partitions others wait for
         return CoordinatorResult(records=records, response=deferred, on_durable=answer)
 
     def _supports(self, group: ConsumerGroup, protocol_type: str, names: set[str]) -> bool:
@@ -517,11 +519,10 @@ class ClassicMembers:
             ))
         classic.protocol_name = classic.select_protocol()
         classic.subscribed_topics = classic.compute_subscribed_topics()
-        by_id = {m.member_id: m for m in remaining}
         for cm in classic.members.values():
+            # The last target assignment, in the embedded protocol version the member speaks.
             cm.assignment = encode_assignment(self._names(group.target_assignment.get(cm.member_id, EMPTY)),
                                               protocol_version(cm.metadata(classic.protocol_name)))
-            assert by_id[cm.member_id].classic is not None
         records.append(group_metadata_record(
             group_id, protocol_type=classic.protocol_type, generation=classic.generation_id,
             protocol=classic.protocol_name, leader=classic.leader_id,

@@ -5,13 +5,14 @@ Follows Kafka's GroupMetadataManager (consumer part). A heartbeat (1) creates or
 member and bumps the group epoch when its subscription or the subscribed topics' metadata
 changed, (2) computes a new target assignment when the group epoch is ahead of the assignment
 epoch, (3) reconciles the member towards its target (reconciliation.py). Handlers only write
-records; `replay` applies them (for fresh records and at load alike). Timers and in-memory
-deadlines are the only other effects.
+records; `replay` applies them (for fresh records and at load alike). Timers, in-memory
+deadlines and held responses (consumer_wait.py) are the only other effects.
 
 Timer keys: "session-timeout-<group>-<member>" (fences a member that stops heartbeating),
 "rebalance-timeout-<group>-<member>" (fences a member that does not revoke in time),
 "regex-refresh-<group>" (resolves the group's regular expressions), "assignment-<group>"
-(a target assignment delayed by group.consumer.assignment.interval.ms).
+(a target assignment delayed by group.consumer.assignment.interval.ms), "initial-assignment-<group>"
+(the first target assignment of a group that was empty, delayed to let other members join).
 """
 
 from __future__ import annotations
@@ -38,8 +39,10 @@ from broker.coordinator.group.consumer import (
     is_regex,
     metadata_hash,
     partitions_by_topic,
+    replay_consumer_group_record,
 )
 from broker.coordinator.group.consumer_classic import ClassicMembers, new_member_id
+from broker.coordinator.group.consumer_wait import UnreleasedWaits
 from broker.coordinator.group.membership import RequestInfo
 from broker.coordinator.group.reconciliation import (
     EMPTY,
@@ -50,14 +53,6 @@ from broker.coordinator.group.reconciliation import (
     reconcile,
 )
 from broker.coordinator.group.records import (
-    CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT,
-    CONSUMER_GROUP_MEMBER_METADATA,
-    CONSUMER_GROUP_METADATA,
-    CONSUMER_GROUP_PARTITION_METADATA,
-    CONSUMER_GROUP_REGULAR_EXPRESSION,
-    CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER,
-    CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA,
-    ClassicProtocolMetadata,
     consumer_group_epoch_record,
     consumer_group_member_record,
     consumer_group_member_tombstone,
@@ -100,6 +95,10 @@ def regex_key(group_id: str) -> str:
 
 def assignment_key(group_id: str) -> str:
     return "assignment-%s" % group_id
+
+
+def initial_assignment_key(group_id: str) -> str:
+    return "initial-assignment-%s" % group_id
 
 
 class RegexUpdate(enum.Enum):
@@ -171,6 +170,7 @@ class ConsumerGroupManager:
         self.metadata_version = 0  # bumped by every topic change the coordinator hears of
         self.last_version_with_new_topics = 0
         self.classic_members: ClassicMembers | None = None  # set by the shard: classic members, migration
+        self.waits = UnreleasedWaits(self, config.unreleased_wait_ms)
 
     def consumer_group(self, group_id: str) -> ConsumerGroup | None:
         group = self.groups.get(group_id)
@@ -185,7 +185,9 @@ class ConsumerGroupManager:
         return group
 
     # ----- ConsumerGroupHeartbeat ---------------------------------------------------------
-    def heartbeat(self, request: Any, info: RequestInfo, now: int) -> Result:
+    def heartbeat(self, request: Any, info: RequestInfo, now: int, may_wait: bool = True) -> Result:
+        """may_wait: a member left waiting (for partitions another member still owns, or for a
+        delayed target assignment) may get its response later (consumer_wait.py)."""
         if request.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
             return self._leave(request, now)
         records: list[Record] = []
@@ -234,7 +236,11 @@ class ConsumerGroupManager:
             group_epoch = self.update_metadata(group, members_after.values(), bump, records)
 
         # 2. The target assignment, when the group epoch moved past it.
-        if group_epoch > group.assignment_epoch and self.may_assign(group, now):
+        delayed = self._maybe_delay_initial_assignment(group, group_epoch)
+        if group_epoch > group.assignment_epoch and delayed:
+            # The first members of the group wait for the others: nothing assigned yet.
+            target_epoch, target_of_member = max(1, group.assignment_epoch), EMPTY
+        elif group_epoch > group.assignment_epoch and self.may_assign(group, now):
             target = self.update_target_assignment(group, group_epoch, members_after, records, now)
             target_epoch = group_epoch
             target_of_member = target.get(updated.member_id, EMPTY)
@@ -253,6 +259,11 @@ class ConsumerGroupManager:
                         and (request.subscribed_topic_names is not None or request.subscribed_topic_regex is not None))
         if joining or full_request or updated.assigned != member.assigned:
             response.assignment = _response_assignment(updated.assigned)
+        if records:
+            self.waits.group_changed(group_id, except_member=None if may_wait else updated.member_id)
+        if may_wait and self.waits.should_wait(group_id, updated, request):
+            held = self.waits.hold(group_id, updated, request, info, member.assigned, response)
+            return CoordinatorResult(records=records, response=held)
         return CoordinatorResult(records=records, response=response)
 
     def _get_or_maybe_create_group(self, group_id: str, create: bool, records: list[Record]) -> ConsumerGroup:
@@ -371,7 +382,9 @@ class ConsumerGroupManager:
         new_hash = metadata_hash(group.subscribed_topic_names(members), self.metadata)
         epoch = group.group_epoch
         if bump or new_hash != group.metadata_hash:
-            epoch += 1
+            # A new group with a delayed first assignment starts at epoch 2: its first members
+            # settle at epoch 1 with nothing until then (as Kafka's streams groups do).
+            epoch = 2 if epoch == 0 and self.config.initial_assignment_delay_ms > 0 else epoch + 1
             records.append(consumer_group_epoch_record(group.group_id, epoch, new_hash))
             log.info("bumped the group epoch", group_id=group.group_id, epoch=epoch)
         group.metadata_refresh_deadline = (NO_DEADLINE, epoch)
@@ -390,6 +403,24 @@ class ConsumerGroupManager:
         return out
 
     # ----- target assignment --------------------------------------------------------------
+    def _maybe_delay_initial_assignment(self, group: ConsumerGroup, group_epoch: int) -> bool:
+        """Whether the group's target assignment waits for its initial delay (starting it when
+        the first member joins a group that was empty)."""
+        key = initial_assignment_key(group.group_id)
+        if self.timer.is_scheduled(key):
+            return True
+        delay = self.config.initial_assignment_delay_ms
+        if delay <= 0 or group.members or group_epoch <= group.assignment_epoch:
+            return False
+        group_id = group.group_id
+        self.timer.schedule(key, delay, lambda shard, now: shard.consumer.delayed_assignment(group_id, now))
+        return True
+
+    def assignment_pending(self, group_id: str) -> bool:
+        """A target assignment is about to be computed by a timer."""
+        return self.timer.is_scheduled(initial_assignment_key(group_id)) or \
+            self.timer.is_scheduled(assignment_key(group_id))
+
     def may_assign(self, group: ConsumerGroup, now: int) -> bool:
         """group.consumer.assignment.interval.ms: a new target assignment at most this often;
         one that must wait is computed by a timer."""
@@ -407,6 +438,7 @@ class ConsumerGroupManager:
         records: list[Record] = []
         if group is not None and group.members and group.group_epoch > group.assignment_epoch:
             self.update_target_assignment(group, group.group_epoch, group.members, records, now)
+            self.waits.group_changed(group_id)  # members waiting for it look again
         return CoordinatorResult(records=records)
 
     def update_target_assignment(self, group: ConsumerGroup, epoch: int, members: Mapping[str, ConsumerGroupMember],
@@ -574,6 +606,7 @@ class ConsumerGroupManager:
             log.info("static member temporarily left the consumer group", group_id=group.group_id,
                      member_id=member.member_id, instance_id=request.instance_id)
             leaving = dataclasses.replace(member, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH, pending_revocation=EMPTY)
+            self.waits.group_changed(group.group_id)
             return CoordinatorResult(records=[leaving.current_assignment_record(group.group_id)],
                                      response=HB(member_id=member.member_id,
                                                  member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH))
@@ -607,6 +640,8 @@ class ConsumerGroupManager:
         log.info("bumped the group epoch", group_id=group.group_id, epoch=epoch)
         for member_id in gone:
             self._cancel_timers(group.group_id, member_id)
+            self.waits.member_gone(group.group_id, member_id)
+        self.waits.group_changed(group.group_id)  # their partitions are free
         return CoordinatorResult(records=records, response=response)
 
     def fence_member(self, group_id: str, member_id: str, reason: str, now: int) -> Result:
@@ -647,6 +682,7 @@ class ConsumerGroupManager:
             self._cancel_timers(group.group_id, member_id)
         self.timer.cancel(regex_key(group.group_id))
         self.timer.cancel(assignment_key(group.group_id))
+        self.timer.cancel(initial_assignment_key(group.group_id))
 
     # ----- ConsumerGroupDescribe ----------------------------------------------------------
     def describe(self, group_ids: list[str]) -> list[Any]:
@@ -674,87 +710,5 @@ class ConsumerGroupManager:
                                                      member.rebalance_timeout_ms)
 
     # ----- replay -------------------------------------------------------------------------
-    def _persisted_group(self, group_id: str, create: bool) -> ConsumerGroup | None:
-        group = self.groups.get(group_id)
-        if isinstance(group, ConsumerGroup):
-            return group
-        if group is not None and not (isinstance(group, ClassicGroup) and group.protocol_type is None
-                                      and not group.members):
-            raise RuntimeError("group %s is not a consumer group" % group_id)
-        if not create:
-            return None
-        # A "simple" classic group only holds offsets: the consumer group replaces it.
-        new = ConsumerGroup(group_id)
-        self.groups[group_id] = new
-        return new
-
     def replay(self, record_type: int, key: Any, value: Any) -> None:
-        group = self._persisted_group(key.group_id, value is not None)
-        if group is None:
-            return  # a tombstone for a group that is gone
-        if record_type == CONSUMER_GROUP_METADATA:
-            if value is not None:
-                group.group_epoch = value.epoch
-                group.metadata_hash = value.metadata_hash
-            else:
-                if group.members or group.target_assignment or group.assignment_epoch != -1:
-                    raise RuntimeError("tombstone for consumer group %s which still has members" % key.group_id)
-                del self.groups[key.group_id]
-        elif record_type == CONSUMER_GROUP_PARTITION_METADATA:
-            group.has_partition_metadata_record = value is not None
-        elif record_type == CONSUMER_GROUP_MEMBER_METADATA:
-            self._replay_member(group, key.member_id, value)
-        elif record_type == CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA:
-            group.assignment_epoch = -1 if value is None else value.assignment_epoch
-        elif record_type == CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER:
-            if value is None:
-                group.target_assignment.pop(key.member_id, None)
-            else:
-                group.target_assignment[key.member_id] = assignment_of(
-                    (tp.topic_id, tp.partitions) for tp in value.topic_partitions)
-        elif record_type == CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT:
-            self._replay_current_assignment(group, key.member_id, value)
-        elif record_type == CONSUMER_GROUP_REGULAR_EXPRESSION:
-            if value is None:
-                group.resolved_regexes.pop(key.regular_expression, None)
-            else:
-                group.resolved_regexes[key.regular_expression] = ResolvedRegex(
-                    frozenset(value.topics), value.version, value.timestamp)
-
-    @staticmethod
-    def _replay_member(group: ConsumerGroup, member_id: str, value: Any) -> None:
-        old = group.members.get(member_id)
-        if value is None:
-            if old is None:
-                return
-            if old.member_epoch != LEAVE_GROUP_MEMBER_EPOCH:
-                raise RuntimeError("member %s removed before its assignment" % member_id)
-            group.remove_member(member_id)
-            return
-        classic = value.classic_member_metadata
-        group.update_member(dataclasses.replace(
-            old or ConsumerGroupMember(member_id),
-            instance_id=value.instance_id, rack_id=value.rack_id, client_id=value.client_id,
-            client_host=value.client_host, subscribed_topic_names=frozenset(value.subscribed_topic_names),
-            subscribed_topic_regex=value.subscribed_topic_regex, rebalance_timeout_ms=value.rebalance_timeout_ms,
-            server_assignor=value.server_assignor,
-            classic=None if classic is None else ClassicProtocolMetadata(
-                classic.session_timeout_ms, tuple((p.name, bytes(p.metadata)) for p in classic.supported_protocols)),
-        ))
-
-    @staticmethod
-    def _replay_current_assignment(group: ConsumerGroup, member_id: str, value: Any) -> None:
-        old = group.members.get(member_id)
-        if value is None:
-            if old is not None:
-                group.update_member(dataclasses.replace(
-                    old, member_epoch=LEAVE_GROUP_MEMBER_EPOCH, previous_member_epoch=LEAVE_GROUP_MEMBER_EPOCH,
-                    assigned=EMPTY, pending_revocation=EMPTY))
-            return
-        group.update_member(dataclasses.replace(
-            old or ConsumerGroupMember(member_id),
-            member_epoch=value.member_epoch, previous_member_epoch=value.previous_member_epoch,
-            state=MemberState.from_value(value.state),
-            assigned=assignment_of((tp.topic_id, tp.partitions) for tp in value.assigned_partitions),
-            pending_revocation=assignment_of((tp.topic_id, tp.partitions) for tp in value.partitions_pending_revocation),
-        ))
+        replay_consumer_group_record(self.groups, record_type, key, value)

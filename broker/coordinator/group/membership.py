@@ -246,8 +246,6 @@ class ClassicGroupManager:
             protocols=protocols_of(request.protocols),
             is_new=True,
         )
-        if group.state is S.PREPARING_REBALANCE and group.previous_state is S.EMPTY:
-            group.new_member_added = True  # extends the initial rebalance delay
         group.add(member, deferred)
         # A new member's parked JoinGroup cannot heartbeat and its disconnect goes unseen, so it
         # gets a fixed timeout; a member still interested will retry.
@@ -299,7 +297,7 @@ class ClassicGroupManager:
     def _maybe_complete_join_phase(self, group: ClassicGroup, now: int) -> Result:
         if group.state is not S.PREPARING_REBALANCE:
             return _effects()
-        if group.previous_state is S.EMPTY:
+        if group.previous_state is S.EMPTY and not group.initial_delay_elapsed:
             return _effects()  # the initial rebalance always waits for its delay
         if not group.has_all_members_joined():
             return _effects()
@@ -313,8 +311,8 @@ class ClassicGroupManager:
 
         is_initial = group.state is S.EMPTY
         if is_initial:
-            # A new group: give other members time to join (group.initial.rebalance.delay.ms),
-            # extended while they keep coming, up to the rebalance timeout.
+            # A new group: give other members time to join (group.initial.rebalance.delay.ms).
+            group.initial_delay_elapsed = False
             delay = self.config.initial_rebalance_delay_ms
             remaining = max(group.rebalance_timeout_ms() - delay, 0)
             self._schedule_initial_join(group.group_id, delay, remaining)
@@ -337,15 +335,18 @@ class ClassicGroupManager:
         self.timer.schedule(join_key(group_id), delay, lambda shard, now: shard.classic.complete_join(group_id, now))
 
     def try_complete_initial_rebalance(self, group_id: str, delay: int, remaining: int, now: int) -> Result:
+        """The initial delay is over. Kafka would wait another delay when members joined during
+        this one; here the join completes as soon as every known member has joined (the issue's
+        rule: a new group of five is formed after one delay, not two). Members that were given an
+        id (MEMBER_ID_REQUIRED) and have not rejoined yet are waited for, up to the rebalance timeout."""
         group = self.classic_group(group_id)
         if group is None:
             return _effects()
-        if group.new_member_added and remaining != 0:
-            group.new_member_added = False
-            new_delay = min(self.config.initial_rebalance_delay_ms, remaining)
-            self._schedule_initial_join(group_id, new_delay, max(remaining - delay, 0))
-            return _effects()
-        return self._complete_join(group, now)
+        if group.has_all_members_joined() or remaining == 0:
+            return self._complete_join(group, now)
+        group.initial_delay_elapsed = True
+        self._schedule_join(group_id, remaining)
+        return _effects()
 
     def complete_join(self, group_id: str, now: int) -> Result:
         """The join-phase timer: complete the join phase with the members that rejoined."""

@@ -82,6 +82,7 @@ class GroupCoordinatorShard:
 
     def on_unloaded(self) -> None:
         self.classic.on_unloaded()
+        self.consumer.waits.unload()
 
     # ----- classic group membership -------------------------------------------------------
     # A consumer group serves classic members itself (consumer_classic.py); an empty one makes

@@ -1,0 +1,167 @@
+"""Heartbeats of members waiting for partitions another member still owns are held back briefly.
+
+Kafka answers every ConsumerGroupHeartbeat at once, so a member waiting in
+UNRELEASED_PARTITIONS learns that its partitions are free only at its next heartbeat, a whole
+heartbeat interval later (5 s by default): five consumers starting together take that long to
+all hold their partitions. Here such a heartbeat is answered when the partitions are released
+(or the member's state otherwise changes), or after `wait_ms` at the latest: the response is
+exactly what the member would get by heartbeating again at that moment.
+
+The clients cannot tell: a heartbeat response merely takes longer. `wait_ms` stays well below
+the heartbeat interval, which librdkafka uses as the request's timeout. Only members that wait
+are held; classic members and members with something to do are answered at once.
+
+Timer keys: "unreleased-wait-<group>-<member>" (the deadline), "unreleased-wake-<group>-<member>"
+(a re-check after the group changed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from broker.coordinator.group.consumer import ConsumerGroupMember
+from broker.coordinator.group.membership import RequestInfo
+from broker.coordinator.group.reconciliation import Assignment, MemberState, assignment_of
+from broker.coordinator.group.records import CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT, parse_record
+from broker.coordinator.result import CoordinatorResult, Deferred, Record
+from protocol import messages as M
+from protocol.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from broker.coordinator.group.consumer_heartbeat import ConsumerGroupManager
+
+REQ = M.ConsumerGroupHeartbeatRequest
+Result = CoordinatorResult[Any]
+
+
+def wait_key(group_id: str, member_id: str) -> str:
+    return "unreleased-wait-%s-%s" % (group_id, member_id)
+
+
+def wake_key(group_id: str, member_id: str) -> str:
+    return "unreleased-wake-%s-%s" % (group_id, member_id)
+
+
+@dataclasses.dataclass
+class Waiting:
+    request: Any  # the heartbeat held back
+    info: RequestInfo
+    deferred: Deferred[Any]
+    assigned: Assignment  # what the client was told it owns, before this heartbeat
+    with_assignment: bool  # its response carries the assignment in any case (a join, a full request)
+
+
+class UnreleasedWaits:
+    def __init__(self, manager: ConsumerGroupManager, wait_ms: int) -> None:
+        self.m = manager
+        self.wait_ms = wait_ms
+        self.waiting: dict[str, dict[str, Waiting]] = {}
+
+    def should_wait(self, group_id: str, member: ConsumerGroupMember, request: Any) -> bool:
+        """A consumer-protocol member waits for partitions another member owns, or for a target
+        assignment a timer is about to compute."""
+        if self.wait_ms <= 0 or member.classic is not None or request.member_epoch < 0:
+            return False
+        return member.state is MemberState.UNRELEASED_PARTITIONS or self.m.assignment_pending(group_id)
+
+    def hold(self, group_id: str, member: ConsumerGroupMember, request: Any, info: RequestInfo,
+             assigned_before: Assignment, response: Any) -> Deferred[Any]:
+        """Hold the member's heartbeat (its response is completed by `wake` or the deadline)."""
+        deferred: Deferred[Any] = Deferred()
+        previous = self.waiting.setdefault(group_id, {}).pop(member.member_id, None)
+        if previous is not None:  # cannot happen with one request in flight per member; answer it anyway
+            previous.deferred.complete(response)
+        self.waiting[group_id][member.member_id] = Waiting(
+            request, info, deferred, assigned_before, response.assignment is not None)
+        member_id = member.member_id
+        self.m.timer.schedule(wait_key(group_id, member_id), self.wait_ms,
+                              lambda shard, now: shard.consumer.waits.wake(group_id, member_id, now, final=True))
+        return deferred
+
+    def group_changed(self, group_id: str, except_member: str | None = None) -> None:
+        """Records were written for the group: waiting members look again (one operation each,
+        so that each sees the records of the previous one)."""
+        for member_id in self.waiting.get(group_id, {}):
+            if member_id != except_member and not self.m.timer.is_scheduled(wake_key(group_id, member_id)):
+                self._schedule_wake(group_id, member_id)
+
+    def _schedule_wake(self, group_id: str, member_id: str) -> None:
+        def wake(shard: Any, now: int) -> Result:
+            waits: UnreleasedWaits = shard.consumer.waits
+            return waits.wake(group_id, member_id, now, final=False)
+
+        self.m.timer.schedule(wake_key(group_id, member_id), 0, wake)
+
+    def wake(self, group_id: str, member_id: str, now: int, final: bool) -> Result:
+        waiting = self.waiting.get(group_id, {}).get(member_id)
+        if waiting is None:
+            return CoordinatorResult()
+        group = self.m.consumer_group(group_id)
+        member = group.members.get(member_id) if group is not None else None
+        if member is None:
+            self._release(group_id, member_id)
+            waiting.deferred.complete(M.ConsumerGroupHeartbeatResponse(
+                error_code=ErrorCode.UNKNOWN_MEMBER_ID, error_message="Member %s is not a member of group %s."
+                % (member_id, group_id)))
+            return CoordinatorResult()
+        # The held heartbeat again, as if it arrived now (the member has kept its epoch meanwhile).
+        again = REQ(group_id=group_id, member_id=member_id, member_epoch=member.member_epoch,
+                    instance_id=waiting.request.instance_id, topic_partitions=waiting.request.topic_partitions)
+        try:
+            result = self.m.heartbeat(again, waiting.info, now, may_wait=False)
+        except KafkaError as exc:
+            self._release(group_id, member_id)
+            waiting.deferred.complete(M.ConsumerGroupHeartbeatResponse(error_code=exc.code, error_message=exc.message))
+            return CoordinatorResult()
+        response: Any = result.response
+        updated = self._member_after(member, result.records)
+        changed = updated.assigned != waiting.assigned
+        if not final and not changed and updated.member_epoch == member.member_epoch \
+                and self.should_wait(group_id, updated, waiting.request):
+            return CoordinatorResult(records=result.records)  # still waiting
+        self._release(group_id, member_id)
+        if waiting.with_assignment or changed:
+            response.assignment = M.ConsumerGroupHeartbeatResponse.Assignment(topic_partitions=[
+                M.ConsumerGroupHeartbeatResponse.TopicPartitions(topic_id=t, partitions=sorted(ps))
+                for t, ps in sorted(updated.assigned.items(), key=lambda kv: str(kv[0]))])
+        else:
+            response.assignment = None
+        deferred = waiting.deferred
+
+        def answer() -> None:
+            deferred.complete(response)
+
+        return CoordinatorResult(records=result.records, on_durable=answer)
+
+    @staticmethod
+    def _member_after(member: ConsumerGroupMember, records: list[Record]) -> ConsumerGroupMember:
+        """The member once `records` are replayed (they are replayed after the operation)."""
+        out = member
+        for key, value in records:
+            kind, k, v = parse_record(key, value)
+            if kind == CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT and v is not None and k.member_id == member.member_id:
+                out = dataclasses.replace(
+                    out, member_epoch=v.member_epoch, state=MemberState.from_value(v.state),
+                    assigned=assignment_of((tp.topic_id, tp.partitions) for tp in v.assigned_partitions))
+        return out
+
+    def _release(self, group_id: str, member_id: str) -> None:
+        members = self.waiting.get(group_id, {})
+        members.pop(member_id, None)
+        if not members:
+            self.waiting.pop(group_id, None)
+        self.m.timer.cancel(wait_key(group_id, member_id))
+        self.m.timer.cancel(wake_key(group_id, member_id))
+
+    def member_gone(self, group_id: str, member_id: str, code: ErrorCode = ErrorCode.UNKNOWN_MEMBER_ID) -> None:
+        waiting = self.waiting.get(group_id, {}).get(member_id)
+        if waiting is not None:
+            self._release(group_id, member_id)
+            waiting.deferred.complete(M.ConsumerGroupHeartbeatResponse(error_code=code))
+
+    def unload(self) -> None:
+        """The shard goes away: held heartbeats are answered NOT_COORDINATOR."""
+        for group_id, members in list(self.waiting.items()):
+            for member_id in list(members):
+                self.member_gone(group_id, member_id, ErrorCode.NOT_COORDINATOR)
