@@ -19,6 +19,15 @@ EARLIEST_PENDING_UPLOAD = -6
 L = ListOffsetsResponse
 
 
+def _leader_partition(broker: Any, topic: str, index: int, current_leader_epoch: int = -1) -> tuple[Any, int]:
+    """The partition a per-partition request addresses, or the error code to answer instead."""
+    partition = broker.partitions.get(topic, index)
+    if partition is None:
+        return None, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    error = _check_leader_epoch(partition, current_leader_epoch)
+    return (None, int(error)) if error is not None else (partition, 0)
+
+
 def _list_offset(partition: Any, timestamp: int, isolation: int) -> tuple[int, int, int]:
     """(timestamp, offset, leader epoch) for one ListOffsets query."""
     epoch = partition.leader_epoch
@@ -48,13 +57,8 @@ async def handle_list_offsets(ctx: Any, request: Any) -> Any:
         for p in t.partitions:
             entry = L.ListOffsetsPartitionResponse(partition_index=p.partition_index, timestamp=-1, offset=-1)
             out.partitions.append(entry)
-            partition = broker.partitions.get(t.name, p.partition_index)
+            partition, entry.error_code = _leader_partition(broker, t.name, p.partition_index, p.current_leader_epoch)
             if partition is None:
-                entry.error_code = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-                continue
-            error = _check_leader_epoch(partition, p.current_leader_epoch)
-            if error is not None:
-                entry.error_code = int(error)
                 continue
             if p.timestamp == MAX_TIMESTAMP and ctx.api_version < 7 or p.timestamp < EARLIEST_PENDING_UPLOAD:
                 entry.error_code = int(ErrorCode.UNSUPPORTED_VERSION)
@@ -76,13 +80,8 @@ async def handle_offset_for_leader_epoch(ctx: Any, request: Any) -> Any:
         for p in t.partitions:
             entry = E.EpochEndOffset(partition=p.partition, leader_epoch=-1, end_offset=-1)
             out.partitions.append(entry)
-            partition = broker.partitions.get(t.topic, p.partition)
+            partition, entry.error_code = _leader_partition(broker, t.topic, p.partition, p.current_leader_epoch)
             if partition is None:
-                entry.error_code = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-                continue
-            error = _check_leader_epoch(partition, p.current_leader_epoch)
-            if error is not None:
-                entry.error_code = int(error)
                 continue
             entry.leader_epoch, entry.end_offset = partition.log.end_offset_for_epoch(p.leader_epoch)
     return E(throttle_time_ms=0, topics=topics)
@@ -101,9 +100,8 @@ async def handle_delete_records(ctx: Any, request: Any) -> Any:
         for p in t.partitions:
             entry = D.DeleteRecordsPartitionResult(partition_index=p.partition_index, low_watermark=-1)
             out.partitions.append(entry)
-            partition = broker.partitions.get(t.name, p.partition_index)
+            partition, entry.error_code = _leader_partition(broker, t.name, p.partition_index)
             if partition is None:
-                entry.error_code = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 continue
             # -1 means "up to the high watermark"
             offset = partition.high_watermark if p.offset == -1 else p.offset
