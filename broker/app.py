@@ -18,12 +18,13 @@ from broker.coordinator.group import GroupCoordinator, create_group_coordinator
 from broker.coordinator.log_writer import LogPartitionWriter, internal_topic_log_config
 from broker.coordinator.timer import AsyncioClock
 from broker.log import AppendOrigin, Log, LogCleaner, LogConfig, LogManager
+from broker.log.reader import iter_records
 from broker.metadata import RESOURCE_TOPIC, MetadataStore, TopicInfo
 from broker.metrics import Metrics
 from broker.partition import PartitionManager
 from broker.server import KafkaServer
 from protocol.errors import ErrorCode, KafkaError
-from protocol.records import build_batch, decode_batch, iter_batches
+from protocol.records import build_batch
 
 log = structlog.get_logger("broker")
 
@@ -79,17 +80,9 @@ class LogMetadataLog:
         self.log.flush()
 
     def read_all(self) -> Iterator[bytes]:
-        offset = self.log.log_start_offset
-        while offset < self.log.log_end_offset:
-            data = self.log.read_bytes(offset, 1 << 20)
-            if not data:
-                break
-            for pos, header in iter_batches(data):
-                _, records = decode_batch(data, pos)
-                for record in records:
-                    if record.value is not None:
-                        yield record.value
-                offset = header.next_offset
+        for record in iter_records(self.log):
+            if record.value is not None:
+                yield record.value
 
 
 class Broker:

@@ -19,6 +19,7 @@ import crc32c
 from broker.coordinator.result import Record
 from broker.log import Log, LogConfig
 from broker.log.group_commit import GroupCommit
+from broker.log.reader import iter_records
 from broker.log.validation import AppendOrigin
 from protocol.primitives import encode_varint
 from protocol.records import (
@@ -31,12 +32,8 @@ from protocol.records import (
     NO_PRODUCER_ID,
     NO_SEQUENCE,
     RECORD_BATCH_OVERHEAD,
-    decode_batch,
-    iter_batches,
 )
 
-_CONTROL = 0x20  # batch attribute: control batch (transaction markers)
-_READ_CHUNK = 1 << 20
 _BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")  # RecordBatch v2, up to the first record
 _UINT32 = struct.Struct(">I")
 
@@ -124,19 +121,7 @@ class LogPartitionWriter:
         log = self._existing_log(partition)
         if log is None:
             return
-        offset = log.log_start_offset
-        end = log.log_end_offset
-        while offset < end:
-            data = log.read_bytes(offset, _READ_CHUNK)
-            if not data:
-                break
-            for pos, header in iter_batches(data):
-                if header.next_offset <= offset:
-                    continue  # the part of a compacted batch before the start offset
-                if not header.attributes & _CONTROL:
-                    _, batch_records = decode_batch(data, pos)
-                    for r in batch_records:
-                        if r.offset >= offset and r.key is not None:
-                            yield r.key, r.value
-                offset = header.next_offset
+        for r in iter_records(log):
+            if r.key is not None:
+                yield r.key, r.value
 
