@@ -319,23 +319,27 @@ def decode_batch(
         raise ProtocolError("record batch ends inside a record") from None
 
 
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    """Zigzag varint of at most 5 bytes, truncated to 32 bits like Java's readVarint."""
-    b = data[pos]
-    if b < 0x80:
-        return (b >> 1) ^ -(b & 1), pos + 1
-    value = b & 0x7F
+def _zigzag_multibyte(data: bytes, pos: int, max_shift: int, mask: int, what: str) -> tuple[int, int]:
+    value = data[pos] & 0x7F
     shift = 7
     while True:
         pos += 1
         b = data[pos]
         value |= (b & 0x7F) << shift
         if b < 0x80:
-            value &= 0xFFFFFFFF
+            value &= mask
             return (value >> 1) ^ -(value & 1), pos + 1
         shift += 7
-        if shift > 28:
-            raise ProtocolError("varint is longer than 5 bytes")
+        if shift > max_shift:
+            raise ProtocolError(what)
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    """Zigzag varint of at most 5 bytes, truncated to 32 bits like Java's readVarint."""
+    b = data[pos]
+    if b < 0x80:  # the common single-byte case stays inline
+        return (b >> 1) ^ -(b & 1), pos + 1
+    return _zigzag_multibyte(data, pos, 28, 0xFFFFFFFF, "varint is longer than 5 bytes")
 
 
 def _varlong(data: bytes, pos: int) -> tuple[int, int]:
@@ -343,18 +347,7 @@ def _varlong(data: bytes, pos: int) -> tuple[int, int]:
     b = data[pos]
     if b < 0x80:
         return (b >> 1) ^ -(b & 1), pos + 1
-    value = b & 0x7F
-    shift = 7
-    while True:
-        pos += 1
-        b = data[pos]
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            value &= 0xFFFFFFFFFFFFFFFF
-            return (value >> 1) ^ -(value & 1), pos + 1
-        shift += 7
-        if shift > 63:
-            raise ProtocolError("varlong is longer than 10 bytes")
+    return _zigzag_multibyte(data, pos, 63, 0xFFFFFFFFFFFFFFFF, "varlong is longer than 10 bytes")
 
 
 def _decode_records(
