@@ -19,6 +19,7 @@ import asyncio
 import collections
 import logging
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -234,39 +235,46 @@ class Connection(asyncio.BufferedProtocol):
             )
 
     def _send(self, response: Any, header: frames.RequestHeader, version: int, header_version: int) -> list[Any] | None:
-        """Encode and write the response; if it holds FileSlices, return its parts for
-        `_write_with_slices` instead (the common case stays a plain call, no coroutine)."""
+        """Encode and write the response. Small FileSlices are read in place; if large ones remain,
+        the parts are returned for `_write_with_slices` (the common case stays a plain call)."""
         if self.transport is None or self.closing:
             return None
         parts = encode_parts(response, version)
         head = frames.encode_response_header(header.correlation_id, header_version)
         size = len(head)
-        slices = False
-        for part in parts:
-            size += len(part)
+        large = False
+        threshold = self.server.sendfile_min_bytes if self.socket_fd >= 0 else sys.maxsize
+        for i, part in enumerate(parts):
+            n = len(part)
+            size += n
             if part.__class__ is FileSlice:
-                slices = True
+                if n >= threshold:
+                    large = True
+                else:
+                    try:
+                        parts[i] = part.read()
+                    except (OSError, KafkaError) as exc:
+                        log.error("closing connection: cannot read the records to send", peer=self.peer,
+                                  error=str(exc))
+                        self.close()
+                        return None
         self.server.broker.metrics.response_sent(header.api_key, size)
-        if slices:
+        if large:
             return [frames.size_prefix(size), head, *parts]
         self.transport.writelines([frames.size_prefix(size), head, *parts])
         return None
 
     # log data: sendfile ----------------------------------------------------------------------
     async def _write_with_slices(self, parts: list[Any]) -> None:
-        """Write `parts` in order: bytes through the transport, large FileSlices with os.sendfile."""
+        """Write `parts` in order: bytes through the transport, FileSlices with os.sendfile."""
         transport = self.transport
         assert transport is not None
-        threshold = self.server.sendfile_min_bytes if self.socket_fd >= 0 else None
         run: list[Any] = []
         out_fd = -1  # our own duplicate of the socket: valid even if the transport closes meanwhile
         try:
             for part in parts:
                 if part.__class__ is not FileSlice:
                     run.append(part)
-                    continue
-                if threshold is None or part.length < threshold:
-                    run.append(part.read())
                     continue
                 if run:
                     transport.writelines(run)

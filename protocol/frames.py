@@ -142,20 +142,21 @@ class BufferPool:
     def take(self, capacity: int) -> bytearray:
         """A buffer of at least `capacity` bytes: the smallest retired one free again, or a new one
         of whole chunks (so that frames of similar sizes fit each other's buffers)."""
+        chunk = self.chunk_size
+        want = -(-capacity // chunk) * chunk
         retired = self._retired
         best = -1
         best_size = 0
         for i, array in enumerate(retired):
             size = len(array)
-            if size >= capacity and (best < 0 or size < best_size) and not _in_use(array):
+            if size >= want and (best < 0 or size < best_size) and not _in_use(array):
                 best, best_size = i, size
-                if size == capacity:
+                if size == want:
                     break
         if best >= 0:
             self._bytes -= best_size
             return retired.pop(best)
-        chunk = self.chunk_size
-        return bytearray(-(-capacity // chunk) * chunk)
+        return bytearray(want)
 
     def give(self, array: bytearray) -> None:
         if len(array) > self.max_bytes // 4:
@@ -193,7 +194,7 @@ class FrameSplitter:
     def __init__(self, max_size: int = 100 * 1024 * 1024, pool: BufferPool | None = None) -> None:
         self.max_size = max_size
         self.pool = pool if pool is not None else BufferPool(max_bytes=4 * 1024 * 1024)
-        self._array: bytearray | None = None  # taken at the first read: an idle connection holds none
+        self._array: bytearray | None = None  # taken at the first read: a silent connection holds none
         self._buf = memoryview(b"")  # the current buffer: over _array
         self._start = 0  # first received byte not handed out yet
         self._end = 0  # end of the received bytes
