@@ -39,7 +39,10 @@ log = structlog.get_logger("broker.server")
 # the pool instead of new memory being taken for ever more queued frames.
 _MAX_QUEUED = 32
 _MAX_QUEUED_BYTES = 2 * 1024 * 1024
-# Slices smaller than this are copied: pread + one writev beat dup/sendfile/close for them.
+# FileSlices from this size on go out with os.sendfile; smaller ones are read and written with the
+# other bytes (pread + one writev beat dup/sendfile/close for them). Over loopback a copy costs the
+# broker less CPU even for 1 MB slices (about 3.0 against 2.4 GB per CPU-second on the 2-core
+# bench VM): the gain of sendfile is on real network interfaces. sys.maxsize turns it off.
 SENDFILE_MIN_BYTES = 64 * 1024
 
 
