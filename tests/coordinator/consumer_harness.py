@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections import deque
 from typing import Any
 
 from broker.coordinator.group.config import GroupCoordinatorConfig
@@ -16,7 +15,6 @@ from broker.coordinator.group.consumer_heartbeat import validate_heartbeat_reque
 from broker.coordinator.group.membership import RequestInfo
 from broker.coordinator.group.shard import GroupCoordinatorShard
 from broker.coordinator.result import Deferred, Record
-from broker.coordinator.timer import CoordinatorTimer, ManualClock, Op
 from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
 from tests.coordinator.harness import ShardHarness
@@ -40,23 +38,12 @@ class ConsumerHarness(ShardHarness):
 
     def __init__(self, config: GroupCoordinatorConfig = CONFIG, start_ms: int = START_MS,
                  log: list[Record] | None = None, metadata: StaticTopicMetadata | None = None) -> None:
-        self.config = config
         self.metadata = metadata if metadata is not None else StaticTopicMetadata()
-        self.clock = ManualClock(start_ms)
-        self.queue: deque[Op] = deque()
-        self.timer = CoordinatorTimer(self.clock, self.queue.append)
-        self.shard = GroupCoordinatorShard(self.timer, config, metadata=self.metadata)
         self.allow_held = False  # whether a heartbeat may come back as a Deferred (consumer_wait.py)
-        self.log: list[Record] = []
-        if log is not None:
-            for key, value in log:
-                self.shard.replay(key, value)
-            self.log = list(log)
-        self.shard.on_loaded(self.now)
+        super().__init__(config, start_ms, log)
 
-    @property
-    def now(self) -> int:
-        return self.clock.now_ms()
+    def _make_shard(self, config: GroupCoordinatorConfig) -> GroupCoordinatorShard:
+        return GroupCoordinatorShard(self.timer, config, metadata=self.metadata)
 
     def topic(self, name: str, partitions: int) -> uuid.UUID:
         existed = self.metadata.topic(name) is not None

@@ -34,14 +34,17 @@ class ShardHarness:
         self.clock = ManualClock(start_ms)
         self.queue: deque[Op] = deque()
         self.timer = CoordinatorTimer(self.clock, self.queue.append)
-        ids = itertools.count()
-        self.shard = GroupCoordinatorShard(self.timer, config, new_uuid=lambda: "u%d" % next(ids))
+        self.shard = self._make_shard(config)
         self.log: list[Record] = []
         if log is not None:
             for key, value in log:
                 self.shard.replay(key, value)
             self.log = list(log)
         self.shard.on_loaded(self.now)
+
+    def _make_shard(self, config: GroupCoordinatorConfig) -> GroupCoordinatorShard:
+        ids = itertools.count()
+        return GroupCoordinatorShard(self.timer, config, new_uuid=lambda: "u%d" % next(ids))
 
     @property
     def now(self) -> int:
