@@ -350,6 +350,16 @@ def _varlong(data: bytes, pos: int) -> tuple[int, int]:
     return _zigzag_multibyte(data, pos, 63, 0xFFFFFFFFFFFFFFFF, "varlong is longer than 10 bytes")
 
 
+def _nullable_bytes(data: bytes, p: int, record_end: int, what: str) -> tuple[bytes | None, int]:
+    """A varint-length byte string of a record (negative length: null)."""
+    size, p = _varint(data, p)
+    if size < 0:
+        return None, p
+    if p + size > record_end:
+        raise ProtocolError(f"record {what} of {size} bytes overruns its record")
+    return data[p : p + size], p + size
+
+
 def _decode_records(
     data: bytes, count: int, base_offset: int, base_timestamp: int, log_append_time: int | None
 ) -> list[Record]:
@@ -367,22 +377,8 @@ def _decode_records(
         attributes = data[p]
         timestamp_delta, p = varlong(data, p + 1)
         offset_delta, p = varint(data, p)
-        size, p = varint(data, p)
-        if size < 0:
-            key = None
-        elif p + size > record_end:
-            raise ProtocolError(f"record key of {size} bytes overruns its record")
-        else:
-            key = data[p : p + size]
-            p += size
-        size, p = varint(data, p)
-        if size < 0:
-            value = None
-        elif p + size > record_end:
-            raise ProtocolError(f"record value of {size} bytes overruns its record")
-        else:
-            value = data[p : p + size]
-            p += size
+        key, p = _nullable_bytes(data, p, record_end, "key")
+        value, p = _nullable_bytes(data, p, record_end, "value")
         n_headers, p = varint(data, p)
         if n_headers < 0 or n_headers > record_end - p:
             raise ProtocolError(f"invalid record header count {n_headers}")
