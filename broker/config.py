@@ -108,6 +108,11 @@ _PROPS: list[Prop] = [
          "Least time between two target assignments of a consumer group (Kafka 4.3; 0: at once, as Kafka 4.2)."),
     Prop("group.consumer.regex.refresh.interval.ms", "int", 600000,
          "How often the topics matching consumer groups' regular expressions are resolved again."),
+    Prop("group.heartbeat.hold.ms", "int", -1,
+         "Not in Kafka: the longest a group member's heartbeat is held until there is news for it (a "
+         "rebalance, partitions to take): members learn of changes at once instead of at their next "
+         "heartbeat. -1: automatic (a third of the session timeout up to 5 s for classic members, the "
+         "heartbeat interval less 1 s for consumer-protocol members); 0: answered at once, as Kafka does."),
     Prop("group.consumer.migration.policy", "string", "bidirectional",
          "Online conversion between classic and consumer groups: bidirectional, upgrade, downgrade, disabled."),
     Prop("transaction.state.log.num.partitions", "int", 50, "Partitions of __transaction_state."),

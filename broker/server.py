@@ -11,6 +11,10 @@ which the codec passes through): a large slice goes from the page cache to the s
 os.sendfile once the transport has nothing buffered, so it is never copied into the process;
 a small one is read and written like the other bytes, which is cheaper than the extra syscalls.
 A response is written completely before the worker takes the next request.
+
+A handler may hold its response back (a group member's heartbeat, until there is news for it):
+it registers a release with `RequestContext.release_on_next_request`, which runs as soon as
+another request arrives behind it, so that nothing queued on the connection waits for the hold.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,6 +76,12 @@ class RequestContext:
     connection: Connection
     received: float = field(default_factory=time.monotonic)
 
+    def release_on_next_request(self, release: Callable[[], None]) -> None:
+        """The handler holds its response back (a long-polled heartbeat): `release` is called,
+        once, when the connection has another request waiting behind it, closes, or the broker
+        stops, so that nothing waits behind a held response."""
+        self.connection.hold(release)
+
 
 class Connection(asyncio.BufferedProtocol):
     def __init__(self, server: KafkaServer) -> None:
@@ -87,6 +98,7 @@ class Connection(asyncio.BufferedProtocol):
         self._reading_paused = False
         self._can_write: asyncio.Future[None] | None = None
         self.socket_fd = -1  # the socket for os.sendfile; -1: every response goes through the transport
+        self._release_held: Callable[[], None] | None = None  # see RequestContext.release_on_next_request
 
     # asyncio.BufferedProtocol --------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -114,6 +126,8 @@ class Connection(asyncio.BufferedProtocol):
             return
         if self.queue and self.worker is None and not self.closing and not self.draining:
             self.worker = asyncio.get_running_loop().create_task(self._work())
+        if self.queue and self._release_held is not None:
+            self.release_held()
         if (
             (len(self.queue) > _MAX_QUEUED or self.queued_bytes > _MAX_QUEUED_BYTES)
             and not self._reading_paused and self.transport
@@ -125,6 +139,7 @@ class Connection(asyncio.BufferedProtocol):
         self.closing = True
         self.server.connections.discard(self)
         self.splitter.release()
+        self.release_held()
         if self.worker is not None:
             self.worker.cancel()
         if self._can_write is not None and not self._can_write.done():
@@ -139,6 +154,16 @@ class Connection(asyncio.BufferedProtocol):
             self._can_write.set_result(None)
 
     # request processing --------------------------------------------------------------------
+    def hold(self, release: Callable[[], None]) -> None:
+        self._release_held = release
+        if self.queue or self.closing or self.draining:
+            self.release_held()
+
+    def release_held(self) -> None:
+        release, self._release_held = self._release_held, None
+        if release is not None:
+            release()
+
     @property
     def busy(self) -> bool:
         return bool(self.queue) or self.worker is not None
@@ -211,6 +236,8 @@ class Connection(asyncio.BufferedProtocol):
             log.exception("unexpected error handling request", api=api.name, version=header.api_version,
                           client_id=header.client_id)
             failure = ErrorCode.UNKNOWN_SERVER_ERROR
+        finally:
+            self._release_held = None
         if failure is not None:
             response = error_response(header.api_key, request, failure, header.api_version)
             if response is None:
@@ -400,6 +427,7 @@ class KafkaServer:
             self._reaper.cancel()
         for conn in list(self.connections):
             conn.draining = True
+            conn.release_held()
         in_flight = [c.worker for c in self.connections if c.worker is not None]
         if in_flight:
             await asyncio.wait(in_flight, timeout=grace)

@@ -117,11 +117,12 @@ class RawClient:
     def send(self, api_key: int, version: int, request: Any) -> None:
         self.send_frame(self.request_bytes(api_key, version, request))
 
-    def receive(self, api_key: int, version: int) -> Any:
+    def receive(self, api_key: int, version: int, correlation_id: int | None = None) -> Any:
+        """The next response, which must answer `correlation_id` (default: the last request sent)."""
         size = struct.unpack(">i", self._read(4))[0]
         data = self._read(size)
-        (correlation_id,) = struct.unpack_from(">i", data, 0)
-        assert correlation_id == self.correlation_id
+        (received,) = struct.unpack_from(">i", data, 0)
+        assert received == (self.correlation_id if correlation_id is None else correlation_id)
         offset = 5 if frames.response_header_version(api_key, version) == 1 else 4
         return M.decode_response(api_key, version, data[offset:])
 

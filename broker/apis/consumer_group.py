@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker.apis.group import GROUP_OPERATIONS, coordinator_of, request_info
+from broker.apis.group import GROUP_OPERATIONS, coordinator_of, release_on_next_request, request_info
 from broker.apis.registry import api
 from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
@@ -19,7 +19,9 @@ E = ErrorCode
 @api(68)
 async def handle_consumer_group_heartbeat(ctx: Any, request: Any) -> Any:
     try:
-        return await coordinator_of(ctx).consumer_group_heartbeat(request, request_info(ctx))
+        coordinator = coordinator_of(ctx)
+        release_on_next_request(ctx, coordinator, request)
+        return await coordinator.consumer_group_heartbeat(request, request_info(ctx))
     except KafkaError as exc:
         return M.ConsumerGroupHeartbeatResponse(error_code=exc.code, error_message=exc.message)
 

@@ -108,10 +108,19 @@ async def handle_sync_group(ctx: Any, request: Any) -> Any:
         return M.SyncGroupResponse(error_code=exc.code)
 
 
+def release_on_next_request(ctx: Any, coordinator: Any, request: Any) -> None:
+    """A heartbeat may be held until its group changes: the server releases it when another
+    request arrives behind it on the connection (a commit, a LeaveGroup)."""
+    group_id, member_id = request.group_id, request.member_id
+    ctx.release_on_next_request(lambda: coordinator.release_heartbeat(group_id, member_id))
+
+
 @api(12)
 async def handle_heartbeat(ctx: Any, request: Any) -> Any:
     try:
-        return await coordinator_of(ctx).heartbeat(request)
+        coordinator = coordinator_of(ctx)
+        release_on_next_request(ctx, coordinator, request)
+        return await coordinator.heartbeat(request)
     except KafkaError as exc:
         return M.HeartbeatResponse(error_code=exc.code)
 

@@ -20,7 +20,8 @@ from protocol.errors import ErrorCode
 START_MS = 1_700_000_000_000
 E = ErrorCode
 
-TEST_CONFIG = GroupCoordinatorConfig(num_partitions=1, initial_rebalance_delay_ms=3000)
+TEST_CONFIG = GroupCoordinatorConfig(num_partitions=1, initial_rebalance_delay_ms=3000, heartbeat_hold_ms=0,
+                                     classic_min_initial_delay_ms=0)
 
 
 def sub(*topics: str) -> bytes:

@@ -376,7 +376,7 @@ def test_defaults_are_kafkas() -> None:
 
 def test_a_member_waiting_for_unreleased_partitions_is_answered_when_they_are_free() -> None:
     h = ConsumerHarness(dataclasses.replace(CONFIG, consumer_unreleased_wait_ms=2000,
-                                            consumer_initial_assignment_delay_ms=0))
+                                            consumer_initial_assignment_delay_ms=0, consumer_steady_hold_ms=0))
     h.allow_held = True
     t = h.topic("t", 4)
     assert len(h.cjoin("a", ["t"]).assignment.topic_partitions[0].partitions) == 4
@@ -396,7 +396,7 @@ def test_a_member_waiting_for_unreleased_partitions_is_answered_when_they_are_fr
 
 def test_a_waiting_member_is_answered_by_the_deadline() -> None:
     h = ConsumerHarness(dataclasses.replace(CONFIG, consumer_unreleased_wait_ms=2000,
-                                            consumer_initial_assignment_delay_ms=0))
+                                            consumer_initial_assignment_delay_ms=0, consumer_steady_hold_ms=0))
     h.allow_held = True
     h.topic("t", 2)
     h.cjoin("a", ["t"])
@@ -419,7 +419,7 @@ def test_first_members_wait_for_each_other() -> None:
     """A group that was empty computes its first assignment after a short delay; the joins
     are answered then, each with its share: nobody has anything to revoke."""
     h = ConsumerHarness(dataclasses.replace(CONFIG, consumer_unreleased_wait_ms=2000,
-                                            consumer_initial_assignment_delay_ms=200))
+                                            consumer_initial_assignment_delay_ms=200, consumer_steady_hold_ms=0))
     h.allow_held = True
     h.topic("t", 6)
     held = [h.cjoin("m%d" % i, ["t"]) for i in range(3)]

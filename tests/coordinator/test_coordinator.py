@@ -90,8 +90,14 @@ async def test_group_life_and_restart() -> None:
     assert d.group_state == "Stable" and d.protocol_data == "range"
     assert {m.member_id: m.member_assignment for m in d.members} == {leader: leader.encode(),
                                                                      follower: follower.encode()}
-    hb = await coordinator.heartbeat(M.HeartbeatRequest(group_id="g", generation_id=gen, member_id=follower))
-    assert hb.error_code == E.NONE
+    # A heartbeat of a stable group is held until the group changes, or until another request
+    # arrives on the member's connection: the server then asks the coordinator to release it.
+    held = asyncio.ensure_future(coordinator.heartbeat(
+        M.HeartbeatRequest(group_id="g", generation_id=gen, member_id=follower)))
+    await settle(coordinator, "g")
+    assert not held.done()
+    coordinator.release_heartbeat("g", follower)
+    assert (await asyncio.wait_for(held, 5)).error_code == E.NONE
     fetched = await coordinator.fetch_offsets(M.OffsetFetchRequest.OffsetFetchRequestGroup(group_id="g", topics=None),
                                               True)
     assert fetched.topics[0].partitions[0].committed_offset == 42

@@ -64,6 +64,7 @@ class ClassicMember:
     assignment: bytes = EMPTY_ASSIGNMENT
     join_deferred: Deferred[Any] | None = None  # a parked JoinGroup response
     sync_deferred: Deferred[Any] | None = None  # a parked SyncGroup response
+    heartbeat_deferred: Deferred[Any] | None = None  # a held Heartbeat response (membership.py)
     is_new: bool = False  # joined but not yet through a completed join phase
 
     @property
@@ -183,6 +184,10 @@ class ClassicGroup:
     def transition_to(self, target: GroupState, now_ms: int) -> None:
         if self.state not in VALID_PREVIOUS_STATES[target]:
             raise RuntimeError("group %s cannot move from %s to %s" % (self.group_id, self.state.value, target.value))
+        if self.state is GroupState.STABLE:
+            # Held heartbeats get the answer a heartbeat arriving now would get.
+            self.release_heartbeats(ErrorCode.REBALANCE_IN_PROGRESS if target is GroupState.PREPARING_REBALANCE
+                                    else ErrorCode.COORDINATOR_NOT_AVAILABLE)
         self.previous_state = self.state
         self.state = target
         self.current_state_timestamp = now_ms
@@ -223,6 +228,7 @@ class ClassicGroup:
     def remove(self, member_id: str) -> None:
         member = self.members.pop(member_id, None)
         if member is not None:
+            self.release_heartbeat(member, ErrorCode.UNKNOWN_MEMBER_ID)
             self.supported_protocols.subtract(member.protocol_names())
             if member.is_awaiting_join:
                 self.num_awaiting_join -= 1
@@ -265,6 +271,7 @@ class ClassicGroup:
         """A restarted static member takes over its old member; a request still parked for the
         old member id is answered FENCED_INSTANCE_ID."""
         old = self.members.pop(old_member_id)
+        self.release_heartbeat(old, ErrorCode.FENCED_INSTANCE_ID)
         self.complete_join(old, M.JoinGroupResponse(
             error_code=ErrorCode.FENCED_INSTANCE_ID, member_id=old_member_id, members=[],
             protocol_name=None, protocol_type=None, leader="", skip_assignment=False,
@@ -330,6 +337,17 @@ class ClassicGroup:
         deferred, member.sync_deferred = member.sync_deferred, None
         deferred.complete(response)
         return True
+
+    def release_heartbeat(self, member: ClassicMember, code: ErrorCode) -> bool:
+        if member.heartbeat_deferred is None:
+            return False
+        deferred, member.heartbeat_deferred = member.heartbeat_deferred, None
+        deferred.complete(M.HeartbeatResponse(error_code=code))
+        return True
+
+    def release_heartbeats(self, code: ErrorCode) -> None:
+        for member in self.members.values():
+            self.release_heartbeat(member, code)
 
     # ----- protocols ----------------------------------------------------------------------
     def supports_protocols(self, protocol_type: str, names: set[str]) -> bool:

@@ -33,9 +33,21 @@ class GroupCoordinatorConfig:
     consumer_assignment_interval_ms: int = 0
     consumer_regex_refresh_interval_ms: int = 10 * 60 * 1000  # group.consumer.regex.refresh.interval.ms
     consumer_migration_policy: str = "bidirectional"  # group.consumer.migration.policy
+    # Not a Kafka setting: the least a new classic group waits for its first members, whatever
+    # group.initial.rebalance.delay.ms says. With a delay of 0 Kafka forms the group with the first
+    # member to join; the others then force a second rebalance, which librdkafka joins at most once
+    # a second: five consumers started together take over a second instead of a fifth of one.
+    classic_min_initial_delay_ms: int = 200
+    # group.heartbeat.hold.ms (not in Kafka): the longest a member's heartbeat is held until there
+    # is something to tell it (membership.py, consumer_wait.py); -1: automatic, 0: answered at once.
+    heartbeat_hold_ms: int = -1
     # Not a Kafka setting: how long a heartbeat of a member waiting for partitions still owned by
     # another may be held back (consumer_wait.py); -1: half the heartbeat interval, at most 2.5 s.
     consumer_unreleased_wait_ms: int = -1
+
+    # Not a Kafka setting: how long the heartbeat of a stable member with nothing new may be held
+    # until there is (consumer_wait.py); -1: 1 s less than the heartbeat interval.
+    consumer_steady_hold_ms: int = -1
 
     # Not a Kafka setting: the first target assignment of a group that was empty waits this long
     # for other members to join (as Kafka's group.streams.initial.rebalance.delay.ms does for
@@ -43,10 +55,32 @@ class GroupCoordinatorConfig:
     consumer_initial_assignment_delay_ms: int = -1
 
     @property
+    def initial_join_delay_ms(self) -> int:
+        """How long a new classic group waits for members before its first join completes."""
+        return max(self.initial_rebalance_delay_ms, self.classic_min_initial_delay_ms)
+
+    def _hold(self, cap: int) -> int:
+        return cap if self.heartbeat_hold_ms < 0 else min(cap, self.heartbeat_hold_ms)
+
+    def classic_hold_ms(self, session_timeout_ms: int) -> int:
+        """How long a classic member's heartbeat may be held (membership.py): a third of its
+        session timeout at most (the clients' request timeouts are longer), 5 s by default."""
+        cap = session_timeout_ms // 3
+        return min(cap, 5000) if self.heartbeat_hold_ms < 0 else self._hold(cap)
+
+    @property
     def unreleased_wait_ms(self) -> int:
         if self.consumer_unreleased_wait_ms >= 0:
             return self.consumer_unreleased_wait_ms
-        return min(self.consumer_heartbeat_interval_ms // 2, 2500)
+        return self._hold(min(self.consumer_heartbeat_interval_ms // 2, 2500))
+
+    @property
+    def steady_hold_ms(self) -> int:
+        """librdkafka times a ConsumerGroupHeartbeat out after the heartbeat interval: the answer
+        leaves a second before."""
+        if self.consumer_steady_hold_ms >= 0:
+            return self.consumer_steady_hold_ms
+        return self._hold(max(0, self.consumer_heartbeat_interval_ms - 1000))
 
     @property
     def initial_assignment_delay_ms(self) -> int:
@@ -86,6 +120,7 @@ class GroupCoordinatorConfig:
                 "group.consumer.assignment.interval.ms", d.consumer_assignment_interval_ms),
             consumer_regex_refresh_interval_ms=get(
                 "group.consumer.regex.refresh.interval.ms", d.consumer_regex_refresh_interval_ms),
+            heartbeat_hold_ms=get("group.heartbeat.hold.ms", d.heartbeat_hold_ms),
             consumer_migration_policy=str(
                 values.get("group.consumer.migration.policy") or d.consumer_migration_policy).strip().lower(),
         )

@@ -449,6 +449,7 @@ class ClassicMembers:
         if len(classic.members) > self.m.config.consumer_max_size:
             raise KafkaError(E.GROUP_ID_NOT_FOUND, "Cannot upgrade classic group %s to consumer group because the "
                              "group size exceeds the consumer group maximum size." % group_id)
+        classic.release_heartbeats(E.REBALANCE_IN_PROGRESS)  # the members learn of the new group now
         group = ConsumerGroup(group_id)
         group.group_epoch = group.assignment_epoch = classic.generation_id
         for cm in classic.members.values():

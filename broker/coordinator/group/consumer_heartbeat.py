@@ -170,7 +170,7 @@ class ConsumerGroupManager:
         self.metadata_version = 0  # bumped by every topic change the coordinator hears of
         self.last_version_with_new_topics = 0
         self.classic_members: ClassicMembers | None = None  # set by the shard: classic members, migration
-        self.waits = UnreleasedWaits(self, config.unreleased_wait_ms)
+        self.waits = UnreleasedWaits(self, config.unreleased_wait_ms, config.steady_hold_ms)
 
     def consumer_group(self, group_id: str) -> ConsumerGroup | None:
         group = self.groups.get(group_id)
@@ -261,8 +261,9 @@ class ConsumerGroupManager:
             response.assignment = _response_assignment(updated.assigned)
         if records:
             self.waits.group_changed(group_id, except_member=None if may_wait else updated.member_id)
-        if may_wait and self.waits.should_wait(group_id, updated, request):
-            held = self.waits.hold(group_id, updated, request, info, member.assigned, response)
+        hold_ms = self.waits.hold_ms(group_id, updated, request, response.assignment is not None) if may_wait else 0
+        if hold_ms > 0:
+            held = self.waits.hold(group_id, updated, request, info, member.assigned, response, hold_ms)
             return CoordinatorResult(records=records, response=held)
         return CoordinatorResult(records=records, response=response)
 
@@ -583,8 +584,13 @@ class ConsumerGroupManager:
             self.last_version_with_new_topics = self.metadata_version
         touched = created | deleted | changed
         for group in self.groups.values():
-            if isinstance(group, ConsumerGroup) and touched & group.subscribed_topic_names():
+            if not isinstance(group, ConsumerGroup):
+                continue
+            if touched & group.subscribed_topic_names():
                 group.request_metadata_refresh()
+                self.waits.group_changed(group.group_id)  # held members look again
+            elif created and group.subscribed_regexes():
+                self.waits.group_changed(group.group_id)  # a regex may match a new topic
 
     # ----- leaving and fencing ------------------------------------------------------------
     def _leave(self, request: Any, now: int) -> Result:

@@ -1,15 +1,21 @@
-"""Heartbeats of members waiting for partitions another member still owns are held back briefly.
+"""Heartbeats of members with nothing to do are held back until there is something to tell them.
 
-Kafka answers every ConsumerGroupHeartbeat at once, so a member waiting in
-UNRELEASED_PARTITIONS learns that its partitions are free only at its next heartbeat, a whole
-heartbeat interval later (5 s by default): five consumers starting together take that long to
-all hold their partitions. Here such a heartbeat is answered when the partitions are released
-(or the member's state otherwise changes), or after `wait_ms` at the latest: the response is
-exactly what the member would get by heartbeating again at that moment.
+Kafka answers every ConsumerGroupHeartbeat at once, so a member learns of a change (partitions
+it waited for are released, another member left and its partitions are to be taken over) only at
+its next heartbeat, a whole heartbeat interval later (5 s by default). Here two kinds of
+heartbeat are held:
 
-The clients cannot tell: a heartbeat response merely takes longer. `wait_ms` stays well below
-the heartbeat interval, which librdkafka uses as the request's timeout. Only members that wait
-are held; classic members and members with something to do are answered at once.
+- a member waiting in UNRELEASED_PARTITIONS, or for a target assignment a timer is about to
+  compute: for at most `wait_ms`;
+- a member that is STABLE and gets no new assignment: for at most `steady_ms` (1 s less than the
+  heartbeat interval, which librdkafka uses as the request's timeout).
+
+A held heartbeat is answered as soon as the member's state changes (records were written for its
+group, or its topics changed), when another request arrives on its connection (the API handler
+registers `GroupCoordinator.release_heartbeat` with the server), or at its deadline: the response
+is exactly what the member would get by heartbeating again at that moment. The clients cannot
+tell: a heartbeat response merely takes longer; librdkafka times its next heartbeat from when it
+sent the last one, so the rate of heartbeats does not change.
 
 Timer keys: "unreleased-wait-<group>-<member>" (the deadline), "unreleased-wake-<group>-<member>"
 (a re-check after the group changed).
@@ -53,20 +59,26 @@ class Waiting:
 
 
 class UnreleasedWaits:
-    def __init__(self, manager: ConsumerGroupManager, wait_ms: int) -> None:
+    def __init__(self, manager: ConsumerGroupManager, wait_ms: int, steady_ms: int) -> None:
         self.m = manager
         self.wait_ms = wait_ms
+        self.steady_ms = steady_ms
         self.waiting: dict[str, dict[str, Waiting]] = {}
 
-    def should_wait(self, group_id: str, member: ConsumerGroupMember, request: Any) -> bool:
-        """A consumer-protocol member waits for partitions another member owns, or for a target
-        assignment a timer is about to compute."""
-        if self.wait_ms <= 0 or member.classic is not None or request.member_epoch < 0:
-            return False
-        return member.state is MemberState.UNRELEASED_PARTITIONS or self.m.assignment_pending(group_id)
+    def hold_ms(self, group_id: str, member: ConsumerGroupMember, request: Any, news: bool) -> int:
+        """How long the heartbeat of a consumer-protocol member may be held (0: not at all): one
+        waiting for partitions another member owns, or for a target assignment a timer is about
+        to compute; or a stable one with no news (`news`: its response carries an assignment)."""
+        if member.classic is not None or request.member_epoch < 0:
+            return 0
+        if member.state is MemberState.UNRELEASED_PARTITIONS or self.m.assignment_pending(group_id):
+            return self.wait_ms
+        if member.state is MemberState.STABLE and not news:
+            return self.steady_ms
+        return 0
 
     def hold(self, group_id: str, member: ConsumerGroupMember, request: Any, info: RequestInfo,
-             assigned_before: Assignment, response: Any) -> Deferred[Any]:
+             assigned_before: Assignment, response: Any, hold_ms: int) -> Deferred[Any]:
         """Hold the member's heartbeat (its response is completed by `wake` or the deadline)."""
         deferred: Deferred[Any] = Deferred()
         previous = self.waiting.setdefault(group_id, {}).pop(member.member_id, None)
@@ -75,7 +87,7 @@ class UnreleasedWaits:
         self.waiting[group_id][member.member_id] = Waiting(
             request, info, deferred, assigned_before, response.assignment is not None)
         member_id = member.member_id
-        self.m.timer.schedule(wait_key(group_id, member_id), self.wait_ms,
+        self.m.timer.schedule(wait_key(group_id, member_id), hold_ms,
                               lambda shard, now: shard.consumer.waits.wake(group_id, member_id, now, final=True))
         return deferred
 
@@ -118,7 +130,7 @@ class UnreleasedWaits:
         updated = self._member_after(member, result.records)
         changed = updated.assigned != waiting.assigned
         if not final and not changed and updated.member_epoch == member.member_epoch \
-                and self.should_wait(group_id, updated, waiting.request):
+                and self.hold_ms(group_id, updated, waiting.request, news=False) > 0:
             return CoordinatorResult(records=result.records)  # still waiting
         self._release(group_id, member_id)
         if waiting.with_assignment or changed:

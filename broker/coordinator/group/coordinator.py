@@ -38,6 +38,7 @@ class GroupCoordinator:
     def __init__(self, runtime: CoordinatorRuntime[GroupCoordinatorShard], config: GroupCoordinatorConfig) -> None:
         self.runtime = runtime
         self.config = config
+        self._releases: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
         """Load every partition of __consumer_offsets (this single node coordinates them all)."""
@@ -84,6 +85,20 @@ class GroupCoordinator:
             code = _code(exc)
             # While the group is loading, answer blindly: the session is checked once it is loaded.
             return M.HeartbeatResponse(error_code=E.NONE if code is E.COORDINATOR_LOAD_IN_PROGRESS else code)
+
+    def release_heartbeat(self, group_id: str, member_id: str) -> None:
+        """Another request waits behind the member's held heartbeat on its connection (or the
+        connection closes, or the broker stops): answer the heartbeat now."""
+        async def release() -> None:
+            try:
+                await self.runtime.write(self.partition_for(group_id),
+                                         lambda s, now: s.release_heartbeat(group_id, member_id, now), "release-heartbeat")
+            except KafkaError:
+                pass  # the partition is unloading, which answers held heartbeats itself
+
+        task = asyncio.get_running_loop().create_task(release())
+        self._releases.add(task)
+        task.add_done_callback(self._releases.discard)
 
     async def leave_group(self, group_id: str, identities: list[Any]) -> Any:
         """identities: LeaveGroupRequest.MemberIdentity objects."""

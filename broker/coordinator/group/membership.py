@@ -58,6 +58,10 @@ def join_key(group_id: str) -> str:
     return "join-%s" % group_id
 
 
+def hold_key(group_id: str, member_id: str) -> str:
+    return "heartbeat-hold-%s-%s" % (group_id, member_id)
+
+
 def sync_key(group_id: str) -> str:
     return "sync-%s" % group_id
 
@@ -313,7 +317,7 @@ class ClassicGroupManager:
         if is_initial:
             # A new group: give other members time to join (group.initial.rebalance.delay.ms).
             group.initial_delay_elapsed = False
-            delay = self.config.initial_rebalance_delay_ms
+            delay = self.config.initial_join_delay_ms
             remaining = max(group.rebalance_timeout_ms() - delay, 0)
             self._schedule_initial_join(group.group_id, delay, remaining)
         group.transition_to(S.PREPARING_REBALANCE, now)
@@ -525,7 +529,35 @@ class ClassicGroupManager:
 
     # ----- Heartbeat ----------------------------------------------------------------------
     def heartbeat(self, request: Any, now: int) -> Result:
-        return CoordinatorResult(response=M.HeartbeatResponse(error_code=self._heartbeat(request)), replay=False)
+        """A member of a stable group has its heartbeat held: Kafka answers at once, and the member
+        learns of a rebalance only at its next heartbeat, an interval (3 s in the clients) later.
+        Here the response leaves as soon as the group starts rebalancing or the member is removed
+        (ClassicGroup answers it), when another request arrives on the connection (the API handler
+        asks), or after the hold: the answer a heartbeat arriving then would get. It takes a third
+        of the session timeout at most, well within the clients' request timeouts."""
+        code = self._heartbeat(request)
+        group = self.classic_group(request.group_id)
+        if code is not E.NONE or group is None or group.state is not S.STABLE:
+            return CoordinatorResult(response=M.HeartbeatResponse(error_code=code), replay=False)
+        member = group.member(request.member_id)
+        hold_ms = self.config.classic_hold_ms(member.session_timeout_ms)
+        if hold_ms <= 0:
+            return CoordinatorResult(response=M.HeartbeatResponse(error_code=code), replay=False)
+        group.release_heartbeat(member, E.NONE)  # one in flight per member; answer an older one anyway
+        member.heartbeat_deferred = Deferred()
+        group_id, member_id = group.group_id, member.member_id
+        self.timer.schedule(hold_key(group_id, member_id), hold_ms,
+                            lambda shard, now_: shard.classic.release_heartbeat(group_id, member_id))
+        return CoordinatorResult(response=member.heartbeat_deferred, replay=False)
+
+    def release_heartbeat(self, group_id: str, member_id: str) -> Result:
+        """Answer a held heartbeat now (its group is stable: otherwise it was answered already)."""
+        self.timer.cancel(hold_key(group_id, member_id))
+        group = self.classic_group(group_id)
+        member = group.members.get(member_id) if group is not None else None
+        if group is not None and member is not None and group.release_heartbeat(member, E.NONE):
+            self.reschedule_heartbeat(group, member)
+        return _effects()
 
     def _heartbeat(self, request: Any) -> ErrorCode:
         if not request.group_id:
@@ -624,6 +656,7 @@ class ClassicGroupManager:
             if not isinstance(group, ClassicGroup):
                 continue
             previous = group.state
+            group.release_heartbeats(E.NOT_COORDINATOR)
             group.transition_to(S.DEAD, group.current_state_timestamp or 0)
             for member in list(group.members.values()):
                 if previous is S.PREPARING_REBALANCE:

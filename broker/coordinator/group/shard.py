@@ -117,6 +117,12 @@ class GroupCoordinatorShard:
             return self._classic_members().heartbeat(group, request)
         return self.classic.heartbeat(request, now_ms)
 
+    def release_heartbeat(self, group_id: str, member_id: str, now_ms: int) -> CoordinatorResult[Any]:
+        """Answer the member's held heartbeat now (classic or consumer protocol)."""
+        if isinstance(self.groups.get(group_id), ConsumerGroup):
+            return self.consumer.waits.wake(group_id, member_id, now_ms, final=True)
+        return self.classic.release_heartbeat(group_id, member_id)
+
     def leave_group(self, group_id: str, identities: list[Any], now_ms: int) -> CoordinatorResult[Any]:
         group = self.groups.get(group_id)
         if isinstance(group, ConsumerGroup):

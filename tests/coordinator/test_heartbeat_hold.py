@@ -1,0 +1,191 @@
+"""Held heartbeats (group.heartbeat.hold.ms): a member with nothing to do gets its heartbeat
+answered when there is news for it, or at the hold's deadline, or when the server releases it;
+the answer is always the one a heartbeat arriving at that moment would get."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from broker.coordinator.group.config import GroupCoordinatorConfig
+from broker.coordinator.result import Deferred
+from protocol import messages as M
+from protocol.errors import ErrorCode
+from tests.coordinator.consumer_harness import CONFIG as CONSUMER_CONFIG
+from tests.coordinator.consumer_harness import ConsumerHarness
+from tests.coordinator.harness import TEST_CONFIG, ShardHarness
+
+E = ErrorCode
+SESSION_MS = 10000  # the harness's JoinGroup session timeout: holds of 3333 ms
+HOLD_MS = SESSION_MS // 3
+
+
+def held_heartbeat(h: ShardHarness, group_id: str, member_id: str, generation: int,
+                   instance: str | None = None) -> Deferred[Any]:
+    request = M.HeartbeatRequest(group_id=group_id, generation_id=generation, member_id=member_id,
+                                 group_instance_id=instance)
+    response = h.call(lambda s, now: s.heartbeat(request, now))
+    assert isinstance(response, Deferred) and not response.done()
+    return response
+
+
+@pytest.fixture
+def h() -> ShardHarness:
+    return ShardHarness(dataclasses.replace(TEST_CONFIG, heartbeat_hold_ms=-1))
+
+
+def test_hold_lengths() -> None:
+    auto = GroupCoordinatorConfig()
+    assert (auto.classic_hold_ms(10000), auto.classic_hold_ms(45000)) == (3333, 5000)
+    assert (auto.steady_hold_ms, auto.unreleased_wait_ms) == (4000, 2500)
+    capped = GroupCoordinatorConfig(heartbeat_hold_ms=60000)
+    assert (capped.classic_hold_ms(45000), capped.classic_hold_ms(300000), capped.steady_hold_ms) == (15000, 60000,
+                                                                                                       4000)
+    off = GroupCoordinatorConfig.from_values({"group.heartbeat.hold.ms": "0"})
+    assert (off.classic_hold_ms(45000), off.steady_hold_ms, off.unreleased_wait_ms, off.initial_assignment_delay_ms) \
+        == (0, 0, 0, 0)
+    assert GroupCoordinatorConfig(consumer_heartbeat_interval_ms=1000).steady_hold_ms == 0
+
+
+def test_classic_heartbeat_is_answered_at_the_deadline_and_renews_the_session(h: ShardHarness) -> None:
+    (leader, follower), gen = h.form_group("g", 2)
+    held = held_heartbeat(h, "g", follower, gen)
+    h.advance(HOLD_MS - 1)
+    assert not held.done()
+    h.advance(1)
+    assert held.result().error_code == E.NONE
+    # The session runs from the answer: the follower survives a whole session after it.
+    held_heartbeat(h, "g", leader, gen)
+    h.advance(SESSION_MS - 1)
+    assert follower in h.group("g").members
+
+
+def test_classic_heartbeat_learns_of_a_rebalance_at_once(h: ShardHarness) -> None:
+    (leader, follower), gen = h.form_group("g", 2)
+    held = [held_heartbeat(h, "g", m, gen) for m in (leader, follower)]
+    h.join_new("g")  # a third member: the group prepares to rebalance
+    assert [d.result().error_code for d in held] == [E.REBALANCE_IN_PROGRESS] * 2
+
+
+def test_classic_heartbeat_of_a_removed_member(h: ShardHarness) -> None:
+    (leader, follower), gen = h.form_group("g", 2)
+    held = held_heartbeat(h, "g", follower, gen)
+    other = held_heartbeat(h, "g", leader, gen)
+    h.leave("g", (follower, None))  # e.g. on another connection
+    assert held.result().error_code == E.UNKNOWN_MEMBER_ID
+    assert other.result().error_code == E.REBALANCE_IN_PROGRESS
+
+
+def test_classic_heartbeat_released_by_the_server(h: ShardHarness) -> None:
+    (_, follower), gen = h.form_group("g", 2)
+    held = held_heartbeat(h, "g", follower, gen)
+    h.run(lambda s, now: s.release_heartbeat("g", follower, now))
+    assert held.result().error_code == E.NONE
+    h.run(lambda s, now: s.release_heartbeat("g", follower, now))  # nothing held: nothing happens
+    assert not h.timer.is_scheduled("heartbeat-hold-g-%s" % follower)  # the deadline is cancelled
+
+
+def test_classic_heartbeat_of_a_replaced_static_member(h: ShardHarness) -> None:
+    first = h.join("g", instance="i1", session_ms=SESSION_MS)
+    h.advance(TEST_CONFIG.initial_rebalance_delay_ms)
+    joined = first.result()
+    h.sync("g", joined.member_id, joined.generation_id, instance="i1",
+           assignments={joined.member_id: b"a"}).result()
+    held = held_heartbeat(h, "g", joined.member_id, joined.generation_id, instance="i1")
+    h.join("g", instance="i1", session_ms=SESSION_MS)  # the instance restarted under a new member id
+    assert held.result().error_code == E.FENCED_INSTANCE_ID
+
+
+def test_classic_heartbeats_are_answered_when_the_shard_unloads(h: ShardHarness) -> None:
+    (leader, _), gen = h.form_group("g", 2)
+    held = held_heartbeat(h, "g", leader, gen)
+    h.shard.on_unloaded()
+    assert held.result().error_code == E.NOT_COORDINATOR
+
+
+def test_no_hold_outside_a_stable_group_or_when_disabled(h: ShardHarness) -> None:
+    (leader, follower), gen = h.form_group("g", 2)
+    h.join_new("g")
+    assert h.heartbeat("g", leader, gen) == E.REBALANCE_IN_PROGRESS  # answered at once
+    off = ShardHarness()  # heartbeat_hold_ms=0
+    (leader, _), gen = off.form_group("g", 2)
+    assert off.heartbeat("g", leader, gen) == E.NONE
+
+
+def test_classic_initial_join_gathers_members_even_without_a_delay() -> None:
+    config = dataclasses.replace(TEST_CONFIG, initial_rebalance_delay_ms=0, classic_min_initial_delay_ms=200)
+    h = ShardHarness(config)
+    first = h.join_new("g")
+    first_join = h.pending
+    h.advance(150)
+    second = h.join_new("g")
+    assert not first_join.done()
+    h.advance(50)
+    joined = first_join.result()
+    assert joined.error_code == E.NONE and {m.member_id for m in joined.members} == {first, second}
+    assert GroupCoordinatorConfig().initial_join_delay_ms == 3000
+
+
+# ----- KIP-848 consumer groups ------------------------------------------------------------------
+STEADY = dataclasses.replace(CONSUMER_CONFIG, heartbeat_hold_ms=-1, consumer_unreleased_wait_ms=-1,
+                             consumer_initial_assignment_delay_ms=0)
+
+
+def steady_pair() -> tuple[ConsumerHarness, Any, dict[str, list[int]]]:
+    """Members a and b of group g own two partitions each of t and have acknowledged them."""
+    h = ConsumerHarness(STEADY)
+    h.allow_held = True
+    t = h.topic("t", 4)
+    a = h.cjoin("a", ["t"])
+    assert sorted(a.assignment.topic_partitions[0].partitions) == [0, 1, 2, 3]
+    b = h.cjoin("b", ["t"])  # waits for partitions a still owns
+    assert isinstance(b, Deferred)
+    revoke = h.hb("a", 1, owned={t: [0, 1, 2, 3]})
+    kept = revoke.assignment.topic_partitions[0].partitions
+    acked = h.hb("a", 1, owned={t: kept})  # a has nothing more to do: held
+    assert isinstance(acked, Deferred)
+    h.advance(0)
+    got = b.result().assignment.topic_partitions[0].partitions
+    h.advance(STEADY.steady_hold_ms)
+    assert acked.result().error_code == E.NONE
+    return h, t, {"a": sorted(kept), "b": sorted(got)}
+
+
+def test_a_steady_member_is_held_until_the_deadline() -> None:
+    h, t, owned = steady_pair()
+    held = h.hb("a", 2, owned={t: owned["a"]})
+    assert isinstance(held, Deferred)
+    h.advance(STEADY.steady_hold_ms - 1)
+    assert not held.done()
+    h.advance(1)
+    response = held.result()
+    assert (response.error_code, response.member_epoch, response.assignment) == (E.NONE, 2, None)
+
+
+def test_a_steady_member_takes_over_the_partitions_of_one_that_leaves() -> None:
+    h, t, owned = steady_pair()
+    held = h.hb("a", 2, owned={t: owned["a"]})
+    h.hb("b", -1)  # b leaves
+    h.advance(0)
+    response = held.result()
+    assert response.member_epoch == 3
+    assert sorted(response.assignment.topic_partitions[0].partitions) == [0, 1, 2, 3]
+
+
+def test_a_steady_member_learns_of_new_partitions() -> None:
+    h, t, owned = steady_pair()
+    held = h.hb("a", 2, owned={t: owned["a"]})
+    h.topic("t", 6)  # CreatePartitions
+    h.advance(0)
+    response = held.result()
+    assert response.member_epoch == 3 and len(response.assignment.topic_partitions[0].partitions) == 3
+
+
+def test_a_steady_member_released_by_the_server() -> None:
+    h, t, owned = steady_pair()
+    held = h.hb("a", 2, owned={t: owned["a"]})
+    h.run(lambda s, now: s.release_heartbeat("g", "a", now))
+    response = held.result()
+    assert (response.error_code, response.member_epoch, response.assignment) == (E.NONE, 2, None)
