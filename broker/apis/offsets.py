@@ -71,29 +71,46 @@ async def handle_offset_commit(ctx: Any, request: Any) -> Any:
                 fail(topic, topic.partitions, E.UNKNOWN_TOPIC_OR_PARTITION)
                 continue
         known = [p for p in topic.partitions if 0 <= p.partition_index < info.partitions]
-        fail(topic, [p for p in topic.partitions if not 0 <= p.partition_index < info.partitions],
-             E.UNKNOWN_TOPIC_OR_PARTITION)
+        if len(known) < len(topic.partitions):
+            fail(topic, [p for p in topic.partitions if not 0 <= p.partition_index < info.partitions],
+                 E.UNKNOWN_TOPIC_OR_PARTITION)
         if known:
             valid.append(M.OffsetCommitRequest.OffsetCommitRequestTopic(
                 name=topic.name, topic_id=topic.topic_id, partitions=known))
+
+    if not 2 <= version <= 4:
+        request.retention_time_ms = -1  # the field of v2-v4 only
+    if not out.topics and len({t.name for t in valid}) == len(valid):
+        # Every partition is known and no topic repeats (the usual commit): the coordinator's
+        # response is the whole response.
+        request.topics = valid
+        try:
+            return await coordinator_of(ctx).commit_offsets(request, version)
+        except KafkaError as exc:
+            return _failed_commit(request, exc.code)
 
     if valid:
         sub = M.OffsetCommitRequest(
             group_id=request.group_id, generation_id_or_member_epoch=request.generation_id_or_member_epoch,
             member_id=request.member_id, group_instance_id=request.group_instance_id,
-            retention_time_ms=request.retention_time_ms if 2 <= version <= 4 else -1, topics=valid,
+            retention_time_ms=request.retention_time_ms, topics=valid,
         )
         try:
             response = await coordinator_of(ctx).commit_offsets(sub, version)
         except KafkaError as exc:
-            return OC(topics=[
-                OC.OffsetCommitResponseTopic(name=t.name, topic_id=t.topic_id, partitions=[
-                    OC.OffsetCommitResponsePartition(partition_index=p.partition_index, error_code=exc.code)
-                    for p in t.partitions])
-                for t in request.topics
-            ])
+            return _failed_commit(request, exc.code)
         out.merge(response.topics, lambda t: t.topic_id)
     return OC(topics=out.all())
+
+
+def _failed_commit(request: Any, code: ErrorCode) -> Any:
+    """A group-level failure: every partition of the request carries its code."""
+    return OC(topics=[
+        OC.OffsetCommitResponseTopic(name=t.name, topic_id=t.topic_id, partitions=[
+            OC.OffsetCommitResponsePartition(partition_index=p.partition_index, error_code=code)
+            for p in t.partitions])
+        for t in request.topics
+    ])
 
 
 # ----- OffsetFetch -----------------------------------------------------------------------

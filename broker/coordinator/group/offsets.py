@@ -107,6 +107,7 @@ class OffsetManager:
         self._validate_commit(request, api_version)
         expire = None if request.retention_time_ms == -1 else now + request.retention_time_ms
         records: list[Record] = []
+        committed: list[tuple[str, int, OffsetAndMetadata]] = []
         topics = []
         for topic in request.topics:
             partitions = []
@@ -125,11 +126,16 @@ class OffsetManager:
                     topic_id=topic.topic_id,
                 )
                 records.append(offset_commit_record(request.group_id, topic.name, p.partition_index, om))
+                committed.append((topic.name, p.partition_index, om))
                 partitions.append(M.OffsetCommitResponse.OffsetCommitResponsePartition(
                     partition_index=p.partition_index, error_code=E.NONE))
             topics.append(M.OffsetCommitResponse.OffsetCommitResponseTopic(
                 name=topic.name, topic_id=topic.topic_id, partitions=partitions))
-        return CoordinatorResult(records=records, response=M.OffsetCommitResponse(topics=topics))
+        # Replayed here from the values the records were made of, rather than decoded back from
+        # their bytes by the runtime: the same replay, minus a decode per offset on every commit.
+        for name, partition, om in committed:
+            self.replay(request.group_id, name, partition, om)
+        return CoordinatorResult(records=records, response=M.OffsetCommitResponse(topics=topics), replay=False)
 
     def _validate_commit(self, request: Any, api_version: int) -> None:
         if not request.group_id:
