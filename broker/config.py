@@ -112,7 +112,8 @@ _PROPS: list[Prop] = [
          "Not in Kafka: the longest a group member's heartbeat is held until there is news for it (a "
          "rebalance, partitions to take): members learn of changes at once instead of at their next "
          "heartbeat. -1: automatic (a third of the session timeout up to 5 s for classic members, the "
-         "heartbeat interval less 1 s for consumer-protocol members); 0: answered at once, as Kafka does."),
+         "heartbeat interval less 1 s, or half of it, for consumer-protocol members); 0: answered at once, as Kafka "
+         "does."),
     Prop("group.consumer.migration.policy", "string", "bidirectional",
          "Online conversion between classic and consumer groups: bidirectional, upgrade, downgrade, disabled."),
     Prop("transaction.state.log.num.partitions", "int", 50, "Partitions of __transaction_state."),

@@ -46,7 +46,7 @@ def test_hold_lengths() -> None:
     off = GroupCoordinatorConfig.from_values({"group.heartbeat.hold.ms": "0"})
     assert (off.classic_hold_ms(45000), off.steady_hold_ms, off.unreleased_wait_ms, off.initial_assignment_delay_ms) \
         == (0, 0, 0, 0)
-    assert GroupCoordinatorConfig(consumer_heartbeat_interval_ms=1000).steady_hold_ms == 0
+    assert GroupCoordinatorConfig(consumer_heartbeat_interval_ms=1000).steady_hold_ms == 500
 
 
 def test_classic_heartbeat_is_answered_at_the_deadline_and_renews_the_session(h: ShardHarness) -> None:

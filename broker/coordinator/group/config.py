@@ -46,7 +46,7 @@ class GroupCoordinatorConfig:
     consumer_unreleased_wait_ms: int = -1
 
     # Not a Kafka setting: how long the heartbeat of a stable member with nothing new may be held
-    # until there is (consumer_wait.py); -1: 1 s less than the heartbeat interval.
+    # until there is (consumer_wait.py); -1: 1 s less than the heartbeat interval (half of it under 2 s).
     consumer_steady_hold_ms: int = -1
 
     # Not a Kafka setting: the first target assignment of a group that was empty waits this long
@@ -77,10 +77,11 @@ class GroupCoordinatorConfig:
     @property
     def steady_hold_ms(self) -> int:
         """librdkafka times a ConsumerGroupHeartbeat out after the heartbeat interval: the answer
-        leaves a second before."""
+        leaves a second before (half the interval before, for intervals under 2 s)."""
         if self.consumer_steady_hold_ms >= 0:
             return self.consumer_steady_hold_ms
-        return self._hold(max(0, self.consumer_heartbeat_interval_ms - 1000))
+        interval = self.consumer_heartbeat_interval_ms
+        return self._hold(max(0, interval - min(1000, interval // 2)))
 
     @property
     def initial_assignment_delay_ms(self) -> int:

@@ -8,7 +8,7 @@ heartbeat are held:
 - a member waiting in UNRELEASED_PARTITIONS, or for a target assignment a timer is about to
   compute: for at most `wait_ms`;
 - a member that is STABLE and gets no new assignment: for at most `steady_ms` (1 s less than the
-  heartbeat interval, which librdkafka uses as the request's timeout).
+  heartbeat interval, which librdkafka uses as the request's timeout; half of it under 2 s).
 
 A held heartbeat is answered as soon as the member's state changes (records were written for its
 group, or its topics changed), when another request arrives on its connection (the API handler
