@@ -65,8 +65,7 @@ class GroupCoordinatorConfig:
     def classic_hold_ms(self, session_timeout_ms: int) -> int:
         """How long a classic member's heartbeat may be held (membership.py): a third of its
         session timeout at most (the clients' request timeouts are longer), 5 s by default."""
-        cap = session_timeout_ms // 3
-        return min(cap, 5000) if self.heartbeat_hold_ms < 0 else self._hold(cap)
+        return min(session_timeout_ms // 3, 5000 if self.heartbeat_hold_ms < 0 else self.heartbeat_hold_ms)
 
     @property
     def unreleased_wait_ms(self) -> int:

@@ -42,7 +42,7 @@ from broker.coordinator.group.consumer import (
     replay_consumer_group_record,
 )
 from broker.coordinator.group.consumer_classic import ClassicMembers, new_member_id
-from broker.coordinator.group.consumer_wait import UnreleasedWaits
+from broker.coordinator.group.consumer_wait import HeldHeartbeats
 from broker.coordinator.group.membership import RequestInfo
 from broker.coordinator.group.reconciliation import (
     EMPTY,
@@ -170,7 +170,7 @@ class ConsumerGroupManager:
         self.metadata_version = 0  # bumped by every topic change the coordinator hears of
         self.last_version_with_new_topics = 0
         self.classic_members: ClassicMembers | None = None  # set by the shard: classic members, migration
-        self.waits = UnreleasedWaits(self, config.unreleased_wait_ms, config.steady_hold_ms)
+        self.waits = HeldHeartbeats(self, config.unreleased_wait_ms, config.steady_hold_ms)
 
     def consumer_group(self, group_id: str) -> ConsumerGroup | None:
         group = self.groups.get(group_id)

@@ -58,7 +58,7 @@ class Waiting:
     with_assignment: bool  # its response carries the assignment in any case (a join, a full request)
 
 
-class UnreleasedWaits:
+class HeldHeartbeats:
     def __init__(self, manager: ConsumerGroupManager, wait_ms: int, steady_ms: int) -> None:
         self.m = manager
         self.wait_ms = wait_ms
@@ -100,7 +100,7 @@ class UnreleasedWaits:
 
     def _schedule_wake(self, group_id: str, member_id: str) -> None:
         def wake(shard: Any, now: int) -> Result:
-            waits: UnreleasedWaits = shard.consumer.waits
+            waits: HeldHeartbeats = shard.consumer.waits
             return waits.wake(group_id, member_id, now, final=False)
 
         self.m.timer.schedule(wake_key(group_id, member_id), 0, wake)
