@@ -18,8 +18,9 @@ Two ways through, with the same order and durability:
   (up to `max_batch`), runs them, makes all their records durable with one write, then releases
   their responses in order.
 
-Read operations always queue (a read is also a barrier: it answers after what was submitted
-before it), so they see only state whose records are durable.
+Read operations queue (a read is also a barrier: it answers after what was submitted before
+it), so they see only state whose records are durable. `read_now` (the request path's reads)
+answers at once when the partition is idle, which is durable state too.
 
 Loading replays the partition's log into a fresh shard; meanwhile its operations get
 COORDINATOR_LOAD_IN_PROGRESS. A partition this runtime does not host answers NOT_COORDINATOR.
@@ -284,6 +285,19 @@ class CoordinatorRuntime(Generic[S]):
         loop, after the operations submitted meanwhile, so callers may use it as a barrier."""
         part = self._active(partition)
         response = await self._enqueue(part, lambda shard, _now: CoordinatorResult(response=fn(shard)), name)
+        if isinstance(response, Deferred):
+            return await response.wait()
+        return response
+
+    async def read_now(self, partition: int, fn: Callable[[S], Any], name: str = "read") -> Any:
+        """`read`, answered in the caller's turn when the partition is idle (nothing queued, no
+        write waiting for durability: what the shard holds is durable), queued otherwise. Not a
+        barrier: for reads on the request path (OffsetFetch)."""
+        part = self._active(partition)
+        if part.busy or part.queue:
+            return await self.read(partition, fn, name)
+        assert part.shard is not None
+        response = fn(part.shard)
         if isinstance(response, Deferred):
             return await response.wait()
         return response

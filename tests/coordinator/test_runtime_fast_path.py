@@ -96,9 +96,11 @@ async def test_a_write_on_an_idle_partition_needs_no_event_loop_turn() -> None:
     assert exc.value.code == E.UNKNOWN_MEMBER_ID
     _, immediate = await without_yielding(rt.write(0, put(b"k", b"w")))
     assert immediate  # and the partition is free again
-    # a read queues (a barrier): it takes a turn of the loop
+    # a read queues (a barrier): it takes a turn of the loop; read_now on an idle partition does not
     value, immediate = await without_yielding(rt.read(0, lambda s: s.state.get(b"k")))
     assert value == b"w" and not immediate
+    value, immediate = await without_yielding(rt.read_now(0, lambda s: s.state.get(b"k")))
+    assert value == b"w" and immediate
     await rt.close()
 
 
@@ -132,14 +134,16 @@ async def test_writes_arriving_during_a_durability_wait_queue_and_keep_their_ord
     assert trace == [b"a"] and not first.done()  # ran at once; its response waits for durability
     later = [asyncio.ensure_future(rt.write(0, traced(k, trace))) for k in (b"b", b"c")]
     read = asyncio.ensure_future(rt.read(0, lambda s: sorted(s.state)))
+    read_now = asyncio.ensure_future(rt.read_now(0, lambda s: sorted(s.state)))
     await turns()
-    assert trace == [b"a"] and rt.queue_size(0) == 3  # nothing overtakes the write in flight
-    assert not any(f.done() for f in [first, *later, read])
+    assert trace == [b"a"] and rt.queue_size(0) == 4  # nothing overtakes the write in flight
+    assert not any(f.done() for f in [first, *later, read, read_now])
 
     writer.open_gate()
     assert await first == (b"a", [])
     assert [await f for f in later] == [(b"b", [b"a"]), (b"c", [b"a", b"b"])]
     assert await read == [b"a", b"b", b"c"]
+    assert await read_now == [b"a", b"b", b"c"]  # a busy partition: queued like any read
     assert trace == [b"a", b"b", b"c"]
     assert writer.batches == [[b"a"], [b"b", b"c"]]  # the queued writes shared one write
 

@@ -224,7 +224,7 @@ class GroupCoordinator:
         """request: OffsetFetchRequest.OffsetFetchRequestGroup; returns an OffsetFetchResponseGroup
         (on a coordinator error: the group-level error code and no topics)."""
         try:
-            return await self.runtime.read(
+            return await self.runtime.read_now(
                 self.partition_for(request.group_id), lambda s: s.fetch_offsets(request, require_stable),
                 "fetch-offsets")
         except Exception as exc:
