@@ -20,7 +20,6 @@ from broker.coordinator.result import Record
 from broker.log import Log, LogConfig
 from broker.log.group_commit import GroupCommit
 from broker.log.reader import iter_records
-from broker.log.validation import AppendOrigin
 from protocol.primitives import encode_varint
 from protocol.records import (
     ATTRIBUTES_OFFSET,
@@ -32,6 +31,7 @@ from protocol.records import (
     NO_PRODUCER_ID,
     NO_SEQUENCE,
     RECORD_BATCH_OVERHEAD,
+    BatchHeader,
 )
 
 _BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")  # RecordBatch v2, up to the first record
@@ -41,7 +41,13 @@ _UINT32 = struct.Struct(">I")
 def coordinator_batch(records: Sequence[Record], now_ms: int | None = None) -> bytes:
     """One uncompressed RecordBatch v2 of the records, all stamped `now_ms` (CreateTime; default
     the wall clock), no producer, no headers: the bytes protocol.records.build_batch gives for
-    them, written out here because every commit pays for it."""
+    them."""
+    return bytes(build_coordinator_batch(records, now_ms)[0])
+
+
+def build_coordinator_batch(records: Sequence[Record], now_ms: int | None = None) -> tuple[bytearray, BatchHeader]:
+    """`coordinator_batch` and its header, written out here because every commit pays for it
+    (the log appends it without parsing it again: Log.append_built)."""
     if now_ms is None:
         now_ms = time.time_ns() // 1_000_000
     batch = bytearray(RECORD_BATCH_OVERHEAD)
@@ -58,12 +64,12 @@ def coordinator_batch(records: Sequence[Record], now_ms: int | None = None) -> b
         record += b"\x00"  # no headers
         batch += encode_varint(len(record))
         batch += record
-    _BATCH_HEADER.pack_into(
-        batch, 0, 0, len(batch) - LOG_OVERHEAD, NO_PARTITION_LEADER_EPOCH, MAGIC_V2, 0, 0, len(records) - 1,
-        now_ms, now_ms, NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE, len(records),
-    )
-    _UINT32.pack_into(batch, CRC_OFFSET, crc32c.crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:]))
-    return bytes(batch)
+    header = BatchHeader(0, len(batch) - LOG_OVERHEAD, NO_PARTITION_LEADER_EPOCH, MAGIC_V2, 0, 0, len(records) - 1,
+                         now_ms, now_ms, NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE, len(records))
+    _BATCH_HEADER.pack_into(batch, 0, *header)
+    crc = crc32c.crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:])
+    _UINT32.pack_into(batch, CRC_OFFSET, crc)
+    return batch, header._replace(crc=crc)
 
 
 def internal_topic_log_config(defaults: LogConfig, segment_bytes: int | None = None) -> LogConfig:
@@ -103,7 +109,7 @@ class LogPartitionWriter:
         if not records:
             return None
         log = self._log_for(partition)
-        log.append(coordinator_batch(records), origin=AppendOrigin.COORDINATOR)
+        log.append_built(*build_coordinator_batch(records))
         if self._on_append is not None:
             self._on_append(partition)
         if not log.needs_flush():

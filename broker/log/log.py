@@ -24,7 +24,7 @@ from broker.log.checkpoint import fsync_dir
 from broker.log.config import LONG_MAX, LogConfig
 from broker.log.leader_epoch import LeaderEpochCache
 from broker.log.segment import DELETED_SUFFIX, EMPTY_SLICE, FileSlice, LogSegment, segment_paths
-from broker.log.validation import AppendOrigin, validate_records
+from broker.log.validation import AppendOrigin, check_batch_size, check_record_set_size, validate_records
 from protocol.errors import ErrorCode, KafkaError, ProtocolError
 from protocol.records import (
     TIMESTAMP_TYPE_MASK,
@@ -221,6 +221,25 @@ class Log:
                 assigned.append((pos, h._replace(base_offset=offset, partition_leader_epoch=epoch)))
                 offset += h.last_offset_delta + 1
             return self._write(chunks, len(view), assigned, first, now, log_append_time)
+
+    def append_built(self, batch: bytearray, header: BatchHeader) -> AppendResult:
+        """Append one batch the broker built itself (a coordinator's records), `header` being its
+        header as built: it is not parsed and CRC-checked again as `append` does. Its offset and
+        leader epoch are written into `batch` (outside the CRC); the size limits apply."""
+        config = self.config
+        if config.log_append_time:  # the timestamps change, and with them the CRC
+            return self.append(batch, origin=AppendOrigin.COORDINATOR)
+        size = len(batch)
+        check_batch_size(size, config)
+        check_record_set_size(size, config)
+        with self._lock:
+            self._check_open()
+            first = self.log_end_offset
+            epoch = self.leader_epoch
+            set_base_offset(batch, 0, first)
+            set_partition_leader_epoch(batch, 0, epoch)
+            placed = header._replace(base_offset=first, partition_leader_epoch=epoch)
+            return self._write([batch], size, [(0, placed)], first, self.time(), -1)
 
     def append_as_follower(self, records: Buffer) -> AppendResult:
         """Append batches whose offsets are already assigned (replication, restoring a copy, tests):

@@ -51,11 +51,7 @@ def validate_records(
             raise KafkaError(
                 ErrorCode.INVALID_RECORD, f"batch baseOffset must be 0, got {header.base_offset}"
             )
-        if header.size > config.max_message_bytes:
-            raise KafkaError(
-                ErrorCode.MESSAGE_TOO_LARGE,
-                f"record batch of {header.size} bytes exceeds max.message.bytes {config.max_message_bytes}",
-            )
+        check_batch_size(header.size, config)
         if client:  # the broker's own batches were just built, CRC included
             try:
                 validate_batch(buf, pos)
@@ -76,13 +72,24 @@ def validate_records(
         for _, header in out:
             if header.records_count > header.last_offset_delta + 1:
                 raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "more records than offsets in a batch")
-    total = sum(h.size for _, h in out)
-    if total > config.segment_bytes:
+    check_record_set_size(sum(h.size for _, h in out), config)
+    return out
+
+
+def check_batch_size(size: int, config: LogConfig) -> None:
+    if size > config.max_message_bytes:
+        raise KafkaError(
+            ErrorCode.MESSAGE_TOO_LARGE,
+            f"record batch of {size} bytes exceeds max.message.bytes {config.max_message_bytes}",
+        )
+
+
+def check_record_set_size(size: int, config: LogConfig) -> None:
+    if size > config.segment_bytes:
         raise KafkaError(
             ErrorCode.RECORD_LIST_TOO_LARGE,
-            f"record set of {total} bytes exceeds segment.bytes {config.segment_bytes}",
+            f"record set of {size} bytes exceeds segment.bytes {config.segment_bytes}",
         )
-    return out
 
 
 def _check_timestamps(header: BatchHeader, config: LogConfig, now_ms: int) -> None:

@@ -9,7 +9,12 @@ from typing import Any
 
 import pytest
 
-from broker.coordinator.log_writer import LogPartitionWriter, coordinator_batch, internal_topic_log_config
+from broker.coordinator.log_writer import (
+    LogPartitionWriter,
+    build_coordinator_batch,
+    coordinator_batch,
+    internal_topic_log_config,
+)
 from broker.coordinator.result import CoordinatorResult, Record
 from broker.coordinator.runtime import (
     CoordinatorRuntime,
@@ -22,7 +27,7 @@ from broker.coordinator.runtime import (
 from broker.coordinator.timer import ManualClock, Op
 from broker.log import LogConfig
 from protocol.errors import ErrorCode, KafkaError
-from protocol.records import build_batch, decode_batch
+from protocol.records import build_batch, decode_batch, parse_batch_header
 from tests.coordinator.test_log_writer import Logs
 from tests.coordinator.test_runtime import KVShard, put, runtime_with
 
@@ -321,5 +326,7 @@ def test_partition_for_is_cached_per_key_and_partition_count() -> None:
 def test_the_coordinator_batch_is_what_build_batch_gives(records: list[Record]) -> None:
     batch = coordinator_batch(records, 1_700_000_000_123)
     assert batch == build_batch([(k, v, (), 1_700_000_000_123) for k, v in records])
+    built, header = build_coordinator_batch(records, 1_700_000_000_123)
+    assert built == batch and header == parse_batch_header(batch, 0)
     header, decoded = decode_batch(batch, 0)
     assert [(r.key, r.value) for r in decoded] == records and header.max_timestamp == 1_700_000_000_123

@@ -120,6 +120,25 @@ def test_coordinator_origin_allows_markers_and_several_batches(tmp_path, clock: 
     assert batch_ranges(read_all(log)) == [(0, 1), (2, 2)]
 
 
+def test_a_batch_the_broker_built_is_appended_as_append_would(tmp_path, clock: Clock) -> None:
+    """append_built takes the header from its caller instead of parsing and CRC-checking the batch;
+    the log and the result are those of a plain append."""
+    built, plain = new_log(tmp_path / "built", clock), new_log(tmp_path / "plain", clock)
+    built.leader_epoch = plain.leader_epoch = 3
+    for n in (1, 3, 2):
+        data = build_batch([(b"k%d" % i, b"v") for i in range(n)], base_timestamp=clock.now)
+        expected = plain.append(data, origin=AppendOrigin.COORDINATOR)
+        assert built.append_built(bytearray(data), parse_batch_header(data, 0)) == expected
+    assert read_all(built) == read_all(plain)
+    for pos, _ in iter_batches(read_all(built)):
+        validate_batch(read_all(built), pos)  # offsets and epoch stamped outside the CRC
+    too_large = build_batch([(b"k", b"v" * 200)], base_timestamp=clock.now)
+    tight = new_log(tmp_path / "tight", clock, small_config(max_message_bytes=100))
+    with pytest.raises(KafkaError) as exc:
+        tight.append_built(bytearray(too_large), parse_batch_header(too_large, 0))
+    assert exc.value.code is ErrorCode.MESSAGE_TOO_LARGE and tight.log_end_offset == 0
+
+
 def test_empty_append(tmp_path, clock: Clock) -> None:
     log = new_log(tmp_path, clock)
     assert log.append(b"").first_offset == -1
