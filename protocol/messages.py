@@ -101,13 +101,25 @@ def decode(name: str | type, version: int, data: Any) -> Any:
     return _decode(codec, version, data)
 
 
-def encode_parts(message: Any, version: int) -> list[Any]:
-    """Encode into a list of parts; records values are passed through untouched (zero copy)."""
-    codec = codec_of(message)
+_ENCODERS: dict[tuple[type, int], Any] = {}
+
+
+def _encoder(message_type: type, version: int) -> Any:
+    codec = _BY_CLASS.get(message_type)
+    if codec is None:
+        raise TypeError("%r is not a top-level message" % message_type.__name__)
     if version not in codec.spec.valid_versions:
         raise ValueError("%s has no version %d" % (codec.spec.name, version))
+    fn = _ENCODERS[(message_type, version)] = codec.encoder(version)
+    return fn
+
+
+def encode_parts(message: Any, version: int) -> list[Any]:
+    """Encode into a list of parts; records values are passed through untouched (zero copy)."""
+    # cached per (class, version), as the decoders are: every response pays for this lookup
+    fn = _ENCODERS.get((type(message), version)) or _encoder(type(message), version)
     parts: list[Any] = []
-    codec.encoder(version)(message, parts.append)
+    fn(message, parts.append)
     return parts
 
 

@@ -51,65 +51,63 @@ async def handle_offset_commit(ctx: Any, request: Any) -> Any:
     version = ctx.api_version
     use_ids = version >= 10
     metadata = ctx.broker.metadata
-    out = _TopicResponses(lambda name, tid: OC.OffsetCommitResponseTopic(name=name, topic_id=tid, partitions=[]))
-
-    def fail(topic: Any, partitions: list[Any], code: ErrorCode) -> None:
-        out.add(topic.name, topic.topic_id, [
-            OC.OffsetCommitResponsePartition(partition_index=p.partition_index, error_code=code) for p in partitions])
-
-    valid = []
+    valid = []  # the topics (with their known partitions) for the coordinator
+    unknown: list[tuple[Any, list[Any], ErrorCode]] = []  # answered here
     for topic in request.topics:
         if use_ids:
             info = metadata.topic_by_id(topic.topic_id) if topic.topic_id != ZERO_UUID else None
             if info is None:
-                fail(topic, topic.partitions, E.UNKNOWN_TOPIC_ID)
+                unknown.append((topic, topic.partitions, E.UNKNOWN_TOPIC_ID))
                 continue
             topic.name = info.name
         else:
             info = metadata.topic(topic.name)
             if info is None:
-                fail(topic, topic.partitions, E.UNKNOWN_TOPIC_OR_PARTITION)
+                unknown.append((topic, topic.partitions, E.UNKNOWN_TOPIC_OR_PARTITION))
                 continue
-        known = [p for p in topic.partitions if 0 <= p.partition_index < info.partitions]
-        if len(known) < len(topic.partitions):
-            fail(topic, [p for p in topic.partitions if not 0 <= p.partition_index < info.partitions],
-                 E.UNKNOWN_TOPIC_OR_PARTITION)
+        count = info.partitions
+        known = [p for p in topic.partitions if 0 <= p.partition_index < count]
+        if len(known) == len(topic.partitions):
+            valid.append(topic)
+            continue
+        unknown.append((topic, [p for p in topic.partitions if not 0 <= p.partition_index < count],
+                        E.UNKNOWN_TOPIC_OR_PARTITION))
         if known:
             valid.append(M.OffsetCommitRequest.OffsetCommitRequestTopic(
                 name=topic.name, topic_id=topic.topic_id, partitions=known))
 
     if not 2 <= version <= 4:
         request.retention_time_ms = -1  # the field of v2-v4 only
-    if not out.topics and len({t.name for t in valid}) == len(valid):
+    all_topics = request.topics
+    if not unknown and (len(valid) == 1 or len({t.name for t in valid}) == len(valid)):
         # Every partition is known and no topic repeats (the usual commit): the coordinator's
         # response is the whole response.
-        request.topics = valid
         try:
             return await coordinator_of(ctx).commit_offsets(request, version)
         except KafkaError as exc:
-            return _failed_commit(request, exc.code)
+            return _failed_commit(all_topics, exc.code)
 
+    out = _TopicResponses(lambda name, tid: OC.OffsetCommitResponseTopic(name=name, topic_id=tid, partitions=[]))
+    for topic, partitions, code in unknown:
+        out.add(topic.name, topic.topic_id, [
+            OC.OffsetCommitResponsePartition(partition_index=p.partition_index, error_code=code) for p in partitions])
     if valid:
-        sub = M.OffsetCommitRequest(
-            group_id=request.group_id, generation_id_or_member_epoch=request.generation_id_or_member_epoch,
-            member_id=request.member_id, group_instance_id=request.group_instance_id,
-            retention_time_ms=request.retention_time_ms, topics=valid,
-        )
+        request.topics = valid
         try:
-            response = await coordinator_of(ctx).commit_offsets(sub, version)
+            response = await coordinator_of(ctx).commit_offsets(request, version)
         except KafkaError as exc:
-            return _failed_commit(request, exc.code)
+            return _failed_commit(all_topics, exc.code)
         out.merge(response.topics, lambda t: t.topic_id)
     return OC(topics=out.all())
 
 
-def _failed_commit(request: Any, code: ErrorCode) -> Any:
+def _failed_commit(topics: list[Any], code: ErrorCode) -> Any:
     """A group-level failure: every partition of the request carries its code."""
     return OC(topics=[
         OC.OffsetCommitResponseTopic(name=t.name, topic_id=t.topic_id, partitions=[
             OC.OffsetCommitResponsePartition(partition_index=p.partition_index, error_code=code)
             for p in t.partitions])
-        for t in request.topics
+        for t in topics
     ])
 
 

@@ -105,17 +105,20 @@ class OffsetManager:
         """request: an OffsetCommitRequest whose topics carry names (the API layer resolves v10
         topic ids). A group-level failure raises KafkaError (every partition gets its code)."""
         self._validate_commit(request, api_version)
+        group_id = request.group_id
         expire = None if request.retention_time_ms == -1 else now + request.retention_time_ms
+        max_metadata = self.config.offset_metadata_max_bytes
+        Partition = M.OffsetCommitResponse.OffsetCommitResponsePartition
         records: list[Record] = []
-        committed: list[tuple[str, int, OffsetAndMetadata]] = []
         topics = []
         for topic in request.topics:
+            name = topic.name
             partitions = []
             for p in topic.partitions:
                 metadata = p.committed_metadata
-                if metadata is not None and len(metadata) > self.config.offset_metadata_max_bytes:
-                    partitions.append(M.OffsetCommitResponse.OffsetCommitResponsePartition(
-                        partition_index=p.partition_index, error_code=E.OFFSET_METADATA_TOO_LARGE))
+                if metadata is not None and len(metadata) > max_metadata:
+                    partitions.append(Partition(partition_index=p.partition_index,
+                                                error_code=E.OFFSET_METADATA_TOO_LARGE))
                     continue
                 om = OffsetAndMetadata(
                     committed_offset=p.committed_offset,
@@ -125,16 +128,13 @@ class OffsetManager:
                     expire_timestamp_ms=expire,
                     topic_id=topic.topic_id,
                 )
-                records.append(offset_commit_record(request.group_id, topic.name, p.partition_index, om))
-                committed.append((topic.name, p.partition_index, om))
-                partitions.append(M.OffsetCommitResponse.OffsetCommitResponsePartition(
-                    partition_index=p.partition_index, error_code=E.NONE))
+                records.append(offset_commit_record(group_id, name, p.partition_index, om))
+                # Replayed from the values the record was made of rather than decoded back from its
+                # bytes by the runtime: the same replay, minus a decode per offset on every commit.
+                self.replay(group_id, name, p.partition_index, om)
+                partitions.append(Partition(partition_index=p.partition_index, error_code=E.NONE))
             topics.append(M.OffsetCommitResponse.OffsetCommitResponseTopic(
-                name=topic.name, topic_id=topic.topic_id, partitions=partitions))
-        # Replayed here from the values the records were made of, rather than decoded back from
-        # their bytes by the runtime: the same replay, minus a decode per offset on every commit.
-        for name, partition, om in committed:
-            self.replay(request.group_id, name, partition, om)
+                name=name, topic_id=topic.topic_id, partitions=partitions))
         return CoordinatorResult(records=records, response=M.OffsetCommitResponse(topics=topics), replay=False)
 
     def _validate_commit(self, request: Any, api_version: int) -> None:

@@ -95,6 +95,20 @@ def _value(version: int, value: Any) -> bytes:
     return _INT16.pack(version) + M.encode(value, version)
 
 
+_OFFSET_COMMIT_KEYS: dict[tuple[str, str, int], bytes] = {}  # every commit of a partition has the same key
+_MAX_CACHED_KEYS = 100_000
+
+
+def offset_commit_key(group_id: str, topic: str, partition: int) -> bytes:
+    key = _OFFSET_COMMIT_KEYS.get((group_id, topic, partition))
+    if key is None:
+        if len(_OFFSET_COMMIT_KEYS) >= _MAX_CACHED_KEYS:
+            _OFFSET_COMMIT_KEYS.clear()
+        key = _OFFSET_COMMIT_KEYS[(group_id, topic, partition)] = _key(
+            OFFSET_COMMIT, M.OffsetCommitKey(group=group_id, topic=topic, partition=partition))
+    return key
+
+
 def offset_commit_record(group_id: str, topic: str, partition: int, om: OffsetAndMetadata) -> Record:
     version = OFFSET_COMMIT_VALUE_VERSION if om.expire_timestamp_ms is None else OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRY
     value = M.OffsetCommitValue(
@@ -105,11 +119,11 @@ def offset_commit_record(group_id: str, topic: str, partition: int, om: OffsetAn
         expire_timestamp=-1 if om.expire_timestamp_ms is None else om.expire_timestamp_ms,
         topic_id=om.topic_id,
     )
-    return _key(OFFSET_COMMIT, M.OffsetCommitKey(group=group_id, topic=topic, partition=partition)), _value(version, value)
+    return offset_commit_key(group_id, topic, partition), _value(version, value)
 
 
 def offset_commit_tombstone(group_id: str, topic: str, partition: int) -> Record:
-    return _key(OFFSET_COMMIT, M.OffsetCommitKey(group=group_id, topic=topic, partition=partition)), None
+    return offset_commit_key(group_id, topic, partition), None
 
 
 @dataclass(frozen=True)
