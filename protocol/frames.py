@@ -32,18 +32,30 @@ class RequestHeader(NamedTuple):
     body_offset: int  # where the request body starts within the frame
 
 
+_HEADER_VERSIONS: dict[tuple[int, int], tuple[int, int]] = {}  # (api key, version) -> (request, response)
+_MAX_CACHED_VERSIONS = 4096  # clients choose the versions: the cache stays bounded whatever they send
+
+
+def _header_versions(api_key: int, api_version: int) -> tuple[int, int]:
+    versions = _HEADER_VERSIONS.get((api_key, api_version))
+    if versions is None:
+        codec = REQUESTS.get(api_key)
+        request = 2 if codec is not None and codec.spec.is_flexible(api_version) else 1
+        response = 0 if api_key == API_VERSIONS_KEY or request == 1 else 1
+        versions = (request, response)
+        if len(_HEADER_VERSIONS) < _MAX_CACHED_VERSIONS:
+            _HEADER_VERSIONS[(api_key, api_version)] = versions
+    return versions
+
+
 def request_header_version(api_key: int, api_version: int) -> int:
     """As Kafka: flexible versions (open-ended, so also versions newer than ours) use header v2."""
-    codec = REQUESTS.get(api_key)
-    if codec is None:
-        return 1
-    return 2 if codec.spec.is_flexible(api_version) else 1
+    return _header_versions(api_key, api_version)[0]
 
 
 def response_header_version(api_key: int, api_version: int) -> int:
-    if api_key == API_VERSIONS_KEY:
-        return 0
-    return 1 if request_header_version(api_key, api_version) == 2 else 0
+    """v1 after a v2 request header, except for ApiVersions (always v0, for any client to read)."""
+    return _header_versions(api_key, api_version)[1]
 
 
 def decode_request_header(frame: Any, header_version: int | None = None) -> RequestHeader:
