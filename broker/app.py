@@ -101,6 +101,7 @@ class Broker:
         self.cleaner = LogCleaner()
         self.server = KafkaServer(self, int(config["socket.request.max.bytes"]), int(config["connections.max.idle.ms"]))
         self.ports: list[int] = []
+        self._advertised: tuple[str, int] | None = None  # see advertised()
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
         self._stopping = False
@@ -209,12 +210,17 @@ class Broker:
                 self.cleaner.clean(log_)
 
     def advertised(self) -> tuple[str, int]:
-        """Host and port given to clients: the first advertised listener, with the bound port for :0."""
+        """Host and port given to clients: the first advertised listener, with the bound port for :0
+        (worked out once the port is bound: Metadata and FindCoordinator ask for it every time)."""
+        if self._advertised is not None:
+            return self._advertised
         listener = self.config.advertised_listeners[0]
         host = listener.host or "localhost"
         if host == "0.0.0.0":
             host = "localhost"
         port = listener.port or (self.ports[0] if self.ports else 0)
+        if port:
+            self._advertised = (host, port)
         return host, port
 
     async def stop(self) -> None:

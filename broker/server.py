@@ -62,7 +62,7 @@ def _resolve(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
-@dataclass
+@dataclass(slots=True)
 class RequestContext:
     """What a handler knows about the request beyond its body."""
 
