@@ -15,6 +15,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+from protocol import accel
 from protocol.codegen import MessageBase, MessageCodec
 from protocol.errors import ErrorCode, ProtocolError
 from protocol.schema import SCHEMA_DIR, MessageSpec, load_dir
@@ -52,8 +53,6 @@ _DECODERS: dict[tuple[str, int, bool], Any] = {}
 
 def _decoder(codec: MessageCodec, version: int) -> Any:
     # cached per (message, version, accelerated) so a decode costs one dict lookup before the work
-    from protocol import accel
-
     key = (codec.spec.name, version, accel.ENABLED)
     fn = _DECODERS.get(key)
     if fn is None:
