@@ -265,12 +265,22 @@ class Connection(asyncio.BufferedProtocol):
             )
 
     def _send(self, response: Any, header: frames.RequestHeader, version: int, header_version: int) -> list[Any] | None:
-        """Encode and write the response. Small FileSlices are read in place; if large ones remain,
-        the parts are returned for `_write_with_slices` (the common case stays a plain call)."""
+        """Encode and write the response: joined into one buffer when it holds no log data; else
+        small FileSlices are read in place and, if large ones remain, the parts are returned for
+        `_write_with_slices` (the common case stays a plain call)."""
         if self.transport is None or self.closing:
             return None
         parts = encode_parts(response, version)
         head = frames.encode_response_header(header.correlation_id, header_version)
+        try:
+            body = b"".join(parts)  # any response without log data (a FileSlice is no bytes)
+        except TypeError:
+            pass
+        else:
+            size = len(head) + len(body)
+            self.server.broker.metrics.response_sent(header.api_key, size)
+            self.transport.writelines([frames.size_prefix(size), head, body])
+            return None
         size = len(head)
         large = False
         threshold = self.server.sendfile_min_bytes if self.socket_fd >= 0 else sys.maxsize
