@@ -12,7 +12,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from broker.coordinator.result import Record
 from protocol import messages as M
@@ -63,9 +63,9 @@ _VALUES: dict[int, type] = {
 }
 
 
-@dataclass(frozen=True)
-class OffsetAndMetadata:
-    """A committed offset, as an OffsetCommitValue holds it."""
+class OffsetAndMetadata(NamedTuple):
+    """A committed offset, as an OffsetCommitValue holds it (a NamedTuple: one is made per
+    committed partition)."""
 
     committed_offset: int
     leader_epoch: int  # -1: none
