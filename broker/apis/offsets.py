@@ -79,7 +79,7 @@ async def handle_offset_commit(ctx: Any, request: Any) -> Any:
     if not 2 <= version <= 4:
         request.retention_time_ms = -1  # the field of v2-v4 only
     all_topics = request.topics
-    if not unknown and (len(valid) == 1 or len({t.name for t in valid}) == len(valid)):
+    if valid and not unknown and len({t.name for t in valid}) == len(valid):
         # Every partition is known and no topic repeats (the usual commit): the coordinator's
         # response is the whole response.
         try:

@@ -263,6 +263,17 @@ async def test_offset_commit_and_fetch(broker: Any, version: int) -> None:
             assert epochs[0] == (3 if version >= 6 else -1)  # the epoch is committed from v6
 
 
+async def test_offset_commit_without_topics_gets_an_empty_response(broker: Any) -> None:
+    """As Kafka's KafkaApis: nothing to commit, an empty response, whatever the group and its
+    generation, and no group comes of it."""
+    request = M.OffsetCommitRequest(group_id="never-joined", generation_id_or_member_epoch=7, member_id="m",
+                                    topics=[])
+    assert (await call(broker, offset_apis.handle_offset_commit, request, 9)).topics == []
+    described = await call(broker, group_apis.handle_describe_groups,
+                           M.DescribeGroupsRequest(groups=["never-joined"]), 5)
+    assert described.groups[0].group_state == "Dead"
+
+
 async def test_offset_fetch_all_and_multi_group(broker: Any) -> None:
     await call(broker, offset_apis.handle_offset_commit, commit_request("a", {0: 1, 2: 3}), 8)
     await call(broker, offset_apis.handle_offset_commit, commit_request("b", {1: 7}), 8)
