@@ -116,6 +116,7 @@ class Broker:
         stats = await asyncio.to_thread(self.logs.startup)
         self.metadata = MetadataStore(LogMetadataLog(self.logs.get_or_create_log(METADATA_TOPIC, 0)), self.node_id)
         self.metadata.load()
+        self.metadata.bootstrap(self.config.static_min_insync_replicas)
         self.apply_dynamic_configs()  # logs were loaded before the metadata: give them their configs
         for info in list(self.metadata.topics.values()):
             self._ensure_partitions(info)

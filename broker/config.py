@@ -248,6 +248,12 @@ class BrokerConfig:
         return broker if self.is_default("node.id") and broker >= 0 else node
 
     @property
+    def static_min_insync_replicas(self) -> int:
+        """min.insync.replicas of the static configuration (Kafka's getStaticallyConfiguredMinInsyncReplicas)."""
+        value = self.values.get("min.insync.replicas")
+        return int(value) if value is not None else int(PROPS["min.insync.replicas"].default)
+
+    @property
     def log_dirs(self) -> list[str]:
         dirs = self.get("log.dirs")
         return list(dirs) if dirs else [self.get("log.dir")]

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from broker import features
 from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
 from protocol.primitives import encode_uvarint, read_uvarint
@@ -26,6 +27,7 @@ _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
+MIN_INSYNC_REPLICAS = "min.insync.replicas"
 PRODUCER_ID_BLOCK = 1000
 
 _RECORD_CLASSES = {
@@ -86,9 +88,12 @@ class MetadataImage:
         self.topics: dict[str, TopicInfo] = {}
         self.topics_by_id: dict[uuid.UUID, TopicInfo] = {}
         self.broker_configs: dict[str, dict[str, str]] = {}  # resource name ("" = cluster-wide) -> configs
+        self.features: dict[str, int] = {}  # finalized feature levels (FeatureLevelRecord); 0 is absent
         self.next_producer_id = 0
+        self.records = 0  # records replayed: the next offset of the metadata log
 
     def replay(self, record: Any) -> None:
+        self.records += 1
         if isinstance(record, M.TopicRecord):
             info = TopicInfo(record.name, record.topic_id)
             self.topics[info.name] = info
@@ -116,6 +121,14 @@ class MetadataImage:
                     target[record.name] = record.value
         elif isinstance(record, M.ProducerIdsRecord):
             self.next_producer_id = max(self.next_producer_id, record.next_producer_id)
+        elif isinstance(record, M.FeatureLevelRecord):
+            # as Kafka: a kraft.version record is skipped (the quorum owns that level), 0 removes
+            if record.name == features.KRAFT_VERSION:
+                pass
+            elif record.feature_level == 0:
+                self.features.pop(record.name, None)
+            else:
+                self.features[record.name] = record.feature_level
 
 
 class MetadataLog(Protocol):
@@ -149,8 +162,55 @@ class MetadataStore:
     def load(self) -> None:
         for value in self.log.read_all():
             record = decode_record(value)
-            if record is not None:
+            if record is None:
+                self.image.records += 1  # a record type this broker does not use still has its offset
+            else:
                 self.image.replay(record)
+
+    def bootstrap(self, static_min_insync_replicas: int) -> bool:
+        """A new cluster (or one written before features were recorded) finalizes the bootstrap
+        feature levels; with ELR on, `min.insync.replicas` becomes a cluster-level dynamic config
+        first (Kafka's maybeGenerateElrSafetyRecords). True if anything was written."""
+        if features.METADATA_VERSION in self.image.features:
+            return False
+        levels = features.bootstrap_levels()
+        records: list[Any] = [M.FeatureLevelRecord(name=n, feature_level=v) for n, v in levels.items()]
+        if levels.get(features.ELR_VERSION, 0) >= 1:
+            records = self._elr_safety_records(static_min_insync_replicas) + records
+        self._commit(records)
+        return True
+
+    def _elr_safety_records(self, static_min_insync_replicas: int) -> list[Any]:
+        records: list[Any] = []
+        if MIN_INSYNC_REPLICAS not in self.image.broker_configs.get("", {}):
+            records.append(M.ConfigRecord(resource_type=RESOURCE_BROKER, resource_name="", name=MIN_INSYNC_REPLICAS,
+                                          value=str(static_min_insync_replicas)))
+        for name, configs in sorted(self.image.broker_configs.items()):
+            if name and MIN_INSYNC_REPLICAS in configs:
+                records.append(M.ConfigRecord(resource_type=RESOURCE_BROKER, resource_name=name,
+                                              name=MIN_INSYNC_REPLICAS, value=None))
+        return records
+
+    def feature_level(self, name: str) -> int:
+        return self.image.features.get(name, 0)
+
+    @property
+    def finalized_features_epoch(self) -> int:
+        """Kafka reports the offset of the last metadata record applied."""
+        return self.image.records - 1
+
+    def update_features(self, updates: list[tuple[str, int, int]], validate_only: bool,
+                        static_min_insync_replicas: int) -> None:
+        """UpdateFeatures, all or nothing (KafkaError with Kafka's code and message)."""
+        current = {**self.image.features, features.KRAFT_VERSION: features.KRAFT_VERSION_LEVEL}
+        changes = features.plan_update(updates, current, self.node_id)
+        if validate_only or not changes:
+            return
+        records: list[Any] = []
+        if changes.get(features.ELR_VERSION, 0) >= 1 and self.feature_level(features.ELR_VERSION) == 0:
+            records += self._elr_safety_records(static_min_insync_replicas)
+        records += [M.FeatureLevelRecord(name=n, feature_level=v) for n, v in changes.items()]
+        self._commit(records)
 
     def _commit(self, records: list[Any]) -> None:
         self.log.append([encode_record(r, self._version_of(r)) for r in records])

@@ -32,6 +32,7 @@ def load_handlers() -> None:
         cluster,
         configs,
         consumer_group,
+        controller,
         fetch,
         group,
         metadata,

@@ -1,22 +1,41 @@
-"""ApiVersions (key 18): advertises exactly the registered handlers and their versions."""
+"""ApiVersions (key 18): the registered handlers and their versions, and the feature levels.
+
+v3+ also carries the features (broker.features): the ranges this broker supports and the levels
+the cluster has finalized, with the offset of the last metadata record as the epoch.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+from broker import features
 from broker.apis.registry import APIS, api
 from protocol.errors import ErrorCode
 from protocol.messages import ApiVersionsResponse
 
+R = ApiVersionsResponse
+
 
 def api_versions_body(code: ErrorCode = ErrorCode.NONE) -> Any:
     keys = [
-        ApiVersionsResponse.ApiVersion(api_key=a.key, min_version=a.min_version, max_version=a.max_version)
+        R.ApiVersion(api_key=a.key, min_version=a.min_version, max_version=a.max_version)
         for a in sorted(APIS.values(), key=lambda a: a.key)
     ]
-    return ApiVersionsResponse(error_code=int(code), api_keys=keys, throttle_time_ms=0)
+    return R(error_code=int(code), api_keys=keys, throttle_time_ms=0)
 
 
 @api(18)
 async def handle_api_versions(ctx: Any, request: Any) -> Any:
-    return api_versions_body()
+    response = api_versions_body()
+    if ctx.api_version >= 3:
+        metadata = ctx.broker.metadata
+        response.supported_features = [
+            R.SupportedFeatureKey(name=name, min_version=lo, max_version=hi)
+            for name, lo, hi in features.supported_features(ctx.api_version)
+        ]
+        response.finalized_features = [
+            R.FinalizedFeatureKey(name=name, max_version_level=level, min_version_level=level)
+            for name, level in features.finalized_features(metadata.image.features).items()
+        ]
+        response.finalized_features_epoch = metadata.finalized_features_epoch
+    return response

@@ -20,10 +20,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from broker import features
 from broker.apis.registry import api
 from broker.config import PROPS, BrokerConfig
 from broker.log.config import BROKER_SYNONYMS, TOPIC_CONFIGS
-from broker.metadata import RESOURCE_BROKER, RESOURCE_TOPIC, validate_topic_name
+from broker.metadata import MIN_INSYNC_REPLICAS, RESOURCE_BROKER, RESOURCE_TOPIC, validate_topic_name
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages import (
     AlterConfigsResponse,
@@ -483,9 +484,23 @@ def _alter_topic(broker: Any, name: str, new_configs: dict[str, str], changes: d
         broker.alter_topic_configs(name, changes)
 
 
+def _check_elr_min_isr(broker: Any, name: str, changes: Mapping[str, str | None]) -> None:
+    """With ELR on (KIP-966), min.insync.replicas is cluster-wide only: Kafka's controller refuses a
+    per-broker value and the removal of the cluster-level one."""
+    if MIN_INSYNC_REPLICAS not in changes or broker.metadata.feature_level(features.ELR_VERSION) < 1:
+        return
+    if name:
+        raise KafkaError(ErrorCode.INVALID_CONFIG, "Broker-level %s cannot be altered while ELR is enabled."
+                         % MIN_INSYNC_REPLICAS)
+    if changes[MIN_INSYNC_REPLICAS] is None:
+        raise KafkaError(ErrorCode.INVALID_CONFIG, "Cluster-level %s cannot be removed while ELR is enabled."
+                         % MIN_INSYNC_REPLICAS)
+
+
 def _alter_broker(broker: Any, name: str, new_configs: dict[str, str], changes: dict[str, str | None],
                   validate_only: bool) -> None:
     validate_broker_configs(new_configs)
+    _check_elr_min_isr(broker, name, changes)
     if not validate_only and changes:
         broker.metadata.set_configs(RESOURCE_BROKER, name, changes)
         broker.apply_dynamic_configs()

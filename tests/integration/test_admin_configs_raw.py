@@ -152,7 +152,10 @@ def test_describe_broker_every_version(broker_thread: BrokerThread, client: RawC
     if version >= 3:
         assert (got["log.retention.ms"].config_type, got["listeners"].config_type) == (5, 7)
         assert got["num.partitions"].documentation
-    assert describe(client, BROKER, "", version=version).configs == []  # no cluster-wide dynamic config yet
+    # a new cluster holds min.insync.replicas as a cluster-level dynamic default (KIP-966, Kafka 4.1+)
+    (min_isr,) = describe(client, BROKER, "", version=version).configs
+    assert (min_isr.name, min_isr.value, min_isr.config_source) == ("min.insync.replicas", "1", 3)
+    assert (got["min.insync.replicas"].value, got["min.insync.replicas"].config_source) == ("1", 3)
 
 
 # -- AlterConfigs ------------------------------------------------------------------------------------
@@ -252,7 +255,7 @@ def test_dynamic_broker_configs(broker_thread: BrokerThread, client: RawClient) 
     assert [(s.name, s.value, s.source) for s in got["message.max.bytes"].synonyms] == [
         ("message.max.bytes", "5000", 2), ("message.max.bytes", "300", 3), ("message.max.bytes", "1048588", 5)]
     cluster = entries(describe(client, BROKER, "", synonyms=True))
-    assert set(cluster) == {"message.max.bytes", "log.retention.ms"}
+    assert set(cluster) == {"message.max.bytes", "log.retention.ms", "min.insync.replicas"}
     assert [(s.source) for s in cluster["message.max.bytes"].synonyms] == [3]
     topic = entries(describe(client, TOPIC, "plain", synonyms=True))
     assert (topic["max.message.bytes"].value, topic["max.message.bytes"].config_source) == ("5000", 2)
@@ -263,12 +266,14 @@ def test_dynamic_broker_configs(broker_thread: BrokerThread, client: RawClient) 
     # deleting the per-broker value falls back to the cluster-wide one
     assert incremental(client, BROKER, "1", [("message.max.bytes", DELETE, None)]).error_code == 0
     assert broker.partitions.get("plain", 0).log.config.max_message_bytes == 300
-    # the legacy API replaces the whole cluster-wide set
-    assert alter(client, BROKER, "", {"log.cleanup.policy": "compact"}).error_code == 0
-    assert broker.config.dynamic_default == {"log.cleanup.policy": "compact"}
+    # the legacy API replaces the whole cluster-wide set, which must keep min.insync.replicas (ELR)
+    assert error_of(alter(client, BROKER, "", {"log.cleanup.policy": "compact"})) == (
+        ErrorCode.INVALID_CONFIG, "Cluster-level min.insync.replicas cannot be removed while ELR is enabled.")
+    assert alter(client, BROKER, "", {"log.cleanup.policy": "compact", "min.insync.replicas": "1"}).error_code == 0
+    assert broker.config.dynamic_default == {"log.cleanup.policy": "compact", "min.insync.replicas": "1"}
     assert broker.partitions.get("plain", 0).log.config.max_message_bytes == 1048588
     assert incremental(client, BROKER, "", [("log.cleanup.policy", APPEND, "delete")]).error_code == 0
-    assert broker.config.dynamic_default == {"log.cleanup.policy": "compact,delete"}
+    assert broker.config.dynamic_default == {"log.cleanup.policy": "compact,delete", "min.insync.replicas": "1"}
 
 
 def test_dynamic_broker_config_errors(broker_thread: BrokerThread, client: RawClient) -> None:
@@ -286,13 +291,17 @@ def test_dynamic_broker_config_errors(broker_thread: BrokerThread, client: RawCl
         ("2", [("log.retention.ms", SET, "1")], ErrorCode.INVALID_REQUEST,
          "Unexpected broker id, expected 1, but received 2"),
         ("x", [("log.retention.ms", SET, "1")], ErrorCode.INVALID_REQUEST, "Node id must be an integer, but it is: x"),
+        ("1", [("min.insync.replicas", SET, "2")], ErrorCode.INVALID_CONFIG,
+         "Broker-level min.insync.replicas cannot be altered while ELR is enabled."),
+        ("", [("min.insync.replicas", DELETE, None)], ErrorCode.INVALID_CONFIG,
+         "Cluster-level min.insync.replicas cannot be removed while ELR is enabled."),
     ]
     for name, ops, code, message in cases:
         response = incremental(client, BROKER, name, ops)
         assert response.error_code == code, (name, ops, response)
         assert message is None or response.error_message == message, response
     assert incremental(client, BROKER, "1", [("log.retention.ms", SET, "1")], validate_only=True).error_code == 0
-    assert broker_thread.broker.metadata.image.broker_configs == {}
+    assert broker_thread.broker.metadata.image.broker_configs == {"": {"min.insync.replicas": "1"}}
     assert broker_thread.broker.config.dynamic_broker == {}
 
 
