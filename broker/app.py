@@ -22,6 +22,7 @@ from broker.log.reader import iter_records
 from broker.metadata import RESOURCE_TOPIC, MetadataStore, TopicInfo
 from broker.metrics import Metrics
 from broker.partition import PartitionManager
+from broker.security.listeners import build_listeners
 from broker.server import KafkaServer
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import build_batch
@@ -101,7 +102,9 @@ class Broker:
         self.cleaner = LogCleaner()
         self.server = KafkaServer(self, int(config["socket.request.max.bytes"]), int(config["connections.max.idle.ms"]))
         self.ports: list[int] = []
-        self._advertised: tuple[str, int] | None = None  # see advertised()
+        self.listeners = build_listeners(config)  # checked and built before anything starts
+        self.bound_ports: dict[str, int] = {}  # listener name -> bound port
+        self._advertised: dict[str | None, tuple[str, int]] = {}  # see advertised()
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
         self._stopping = False
@@ -121,8 +124,10 @@ class Broker:
         for info in list(self.metadata.topics.values()):
             self._ensure_partitions(info)
         await self._start_group_coordinator()
-        for listener in self.config.listeners:
-            self.ports.append(await self.server.listen(listener.host, listener.port))
+        for listener in self.listeners:
+            port = await self.server.listen(listener.host, listener.port, listener)
+            self.ports.append(port)
+            self.bound_ports[listener.name] = port
         port = int(self.config["metrics.port"])
         if port >= 0:
             self.metrics.serve(port)
@@ -210,18 +215,24 @@ class Broker:
             if log_.config.compact and not log_.closed:
                 self.cleaner.clean(log_)
 
-    def advertised(self) -> tuple[str, int]:
-        """Host and port given to clients: the first advertised listener, with the bound port for :0
-        (worked out once the port is bound: Metadata and FindCoordinator ask for it every time)."""
-        if self._advertised is not None:
-            return self._advertised
-        listener = self.config.advertised_listeners[0]
-        host = listener.host or "localhost"
+    def advertised(self, listener: str | None = None) -> tuple[str, int]:
+        """Host and port given to clients that came in on `listener` (None: the first advertised
+        listener): its advertised address, with the bound port for :0; a listener that is not
+        advertised (a controller listener) gives its own address. Worked out once the port is
+        bound: Metadata and FindCoordinator ask for it every time."""
+        found = self._advertised.get(listener)
+        if found is not None:
+            return found
+        advertised = [(a.name.upper(), a.host, a.port) for a in self.config.advertised_listeners]
+        bound = [(a.name, a.host, a.port) for a in self.listeners]
+        wanted = (listener or "").upper()
+        name, host, port = next((a for a in advertised + bound if a[0] == wanted), (advertised or bound)[0])
+        host = host or "localhost"
         if host == "0.0.0.0":
             host = "localhost"
-        port = listener.port or (self.ports[0] if self.ports else 0)
+        port = port or self.bound_ports.get(name, self.ports[0] if self.ports else 0)
         if port:
-            self._advertised = (host, port)
+            self._advertised[listener] = (host, port)
         return host, port
 
     async def stop(self) -> None:

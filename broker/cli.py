@@ -9,6 +9,7 @@ import signal
 import sys
 
 from broker.config import BrokerConfig, help_text
+from broker.security.errors import SecurityConfigError
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -56,7 +57,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import uvloop
     except ImportError:
-        asyncio.run(serve(config))
+        run = asyncio.run
     else:
-        uvloop.run(serve(config))
+        run = uvloop.run
+    try:
+        run(serve(config))
+    except SecurityConfigError as exc:  # a listener, TLS or SASL setting the broker cannot serve
+        print("error: %s" % exc, file=sys.stderr)
+        return 2
     return 0

@@ -30,7 +30,7 @@ class Prop:
 
 _PROPS: list[Prop] = [
     # network and identity
-    Prop("listeners", "list", "PLAINTEXT://:9092", "Comma-separated listener URIs the broker binds to."),
+    Prop("listeners", "list", ["PLAINTEXT://:9092"], "Comma-separated listener URIs the broker binds to."),
     Prop("advertised.listeners", "list", None, "Listeners given to clients in Metadata; defaults to `listeners`."),
     Prop("node.id", "int", 1, "Id of this broker (Kafka has no default; 1 here)."),
     Prop("broker.id", "int", -1, "Alias of node.id kept for older configurations."),
@@ -38,6 +38,46 @@ _PROPS: list[Prop] = [
     Prop("broker.rack", "string", None, "Rack of the broker, reported in Metadata."),
     Prop("socket.request.max.bytes", "int", 104857600, "Largest request frame accepted; larger closes the connection."),
     Prop("connections.max.idle.ms", "long", 600000, "Idle connections are closed after this many ms."),
+    # listeners and security (broker/security/); every ssl.*, sasl.* and connections.* property may be
+    # set for one listener as listener.name.<listener>.<property> (sasl.jaas.config per mechanism:
+    # listener.name.<listener>.<mechanism>.sasl.jaas.config)
+    Prop("listener.security.protocol.map", "string",
+         "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT",
+         "Security protocol of each listener name (NAME:PROTOCOL,...)."),
+    Prop("inter.broker.listener.name", "string", None, "Listener brokers use among themselves (checked, unused)."),
+    Prop("security.inter.broker.protocol", "string", "PLAINTEXT", "Protocol brokers use among themselves (unused)."),
+    Prop("controller.listener.names", "list", None, "Listeners of the controller (not advertised to clients)."),
+    Prop("ssl.keystore.type", "string", "JKS", "PEM (or PKCS12 with the cryptography package); JKS is not read."),
+    Prop("ssl.keystore.location", "string", None, "Key store file: PEM private key and certificate chain."),
+    Prop("ssl.keystore.password", "password", None, "Password of a PKCS12 key store."),
+    Prop("ssl.key.password", "password", None, "Password of the (encrypted) PEM private key."),
+    Prop("ssl.keystore.key", "password", None, "PEM private key given inline (with ssl.keystore.certificate.chain)."),
+    Prop("ssl.keystore.certificate.chain", "password", None, "PEM certificate chain given inline."),
+    Prop("ssl.truststore.type", "string", "JKS", "PEM (or PKCS12 with the cryptography package); JKS is not read."),
+    Prop("ssl.truststore.location", "string", None, "Trust store file: PEM CA certificates."),
+    Prop("ssl.truststore.password", "password", None, "Password of a PKCS12 trust store."),
+    Prop("ssl.truststore.certificates", "password", None, "PEM CA certificates given inline."),
+    Prop("ssl.client.auth", "string", "none", "Client certificates: none, requested or required."),
+    Prop("ssl.protocol", "string", "TLSv1.3", "TLS protocol of the SSL context."),
+    Prop("ssl.enabled.protocols", "list", ["TLSv1.2", "TLSv1.3"], "TLS versions accepted."),
+    Prop("ssl.cipher.suites", "list", None, "Cipher suites (IANA or OpenSSL names); null: OpenSSL's defaults."),
+    Prop("ssl.principal.mapping.rules", "string", "DEFAULT", "Rules mapping a client certificate's DN to a principal."),
+    Prop("ssl.endpoint.identification.algorithm", "string", "https", "Host name verification (client side; unused)."),
+    Prop("sasl.enabled.mechanisms", "list", ["GSSAPI"],
+         "SASL mechanisms of SASL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER (GSSAPI is not served)."),
+    Prop("sasl.mechanism.inter.broker.protocol", "string", "GSSAPI", "Mechanism between brokers (unused)."),
+    Prop("sasl.server.max.receive.size", "int", 524288, "Largest frame accepted before and during SASL authentication."),
+    Prop("connections.max.reauth.ms", "long", 0, "Session lifetime of SASL connections (KIP-368); 0: no limit."),
+    Prop("connection.failed.authentication.delay.ms", "int", 100, "Delay of the response to a failed authentication."),
+    Prop("principal.builder.class", "class",
+         "org.apache.kafka.common.security.authenticator.DefaultKafkaPrincipalBuilder",
+         "Principal builder (only Kafka's default is available)."),
+    Prop("authorizer.class.name", "string", "",
+         "org.apache.kafka.metadata.authorizer.StandardAuthorizer turns ACL authorization on; empty: off."),
+    Prop("super.users", "string", None, "Principals allowed everything, separated by ';' (User:admin;User:ops)."),
+    Prop("allow.everyone.if.no.acl.found", "boolean", False, "Allow an action on a resource without ACLs."),
+    Prop("quota.window.num", "int", 11, "Samples kept for client quota rates."),
+    Prop("quota.window.size.seconds", "int", 1, "Length of one client quota sample."),
     # logs
     Prop("log.dirs", "list", None, "Directories holding partition logs (falls back to log.dir)."),
     Prop("log.dir", "string", "/tmp/kafka-logs", "Directory holding partition logs when log.dirs is unset."),
@@ -265,7 +305,34 @@ class BrokerConfig:
     @property
     def advertised_listeners(self) -> list[Listener]:
         adv = self.get("advertised.listeners")
-        return [parse_listener(u) for u in adv] if adv else self.listeners
+        if adv:
+            return [parse_listener(u) for u in adv]
+        controllers = {n.upper() for n in self.get("controller.listener.names") or []}
+        return [listener for listener in self.listeners if listener.name.upper() not in controllers]
+
+    @property
+    def security_protocol_map(self) -> dict[str, str]:
+        """listener.security.protocol.map as {listener name: security protocol}."""
+        out: dict[str, str] = {}
+        for item in str(self.get("listener.security.protocol.map") or "").split(","):
+            name, sep, protocol = item.strip().partition(":")
+            if not sep or not name.strip() or not protocol.strip():
+                raise KafkaError(ErrorCode.INVALID_CONFIG, "Invalid listener.security.protocol.map entry %r" % item)
+            out[name.strip().upper()] = protocol.strip().upper()
+        return out
+
+    def listener_value(self, listener: str, name: str, mechanism: str | None = None) -> Any:
+        """A property as one listener sees it: listener.name.<listener>.[<mechanism>.]<name> over
+        the broker-wide value, as Kafka's per-listener overrides."""
+        prefix = "listener.name.%s." % listener.lower()
+        keys = [prefix + mechanism.lower() + "." + name] if mechanism else []
+        keys.append(prefix + name)
+        for key in keys:
+            for layer in (self.dynamic, self.values):
+                if key in layer:
+                    prop = PROPS.get(name)
+                    return _parse(prop, layer[key]) if prop else layer[key]
+        return self.get(name)
 
     @property
     def log_retention_ms(self) -> int:

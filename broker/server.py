@@ -33,6 +33,9 @@ import structlog
 
 from broker.apis import APIS, error_response
 from broker.log.segment import FileSlice
+from broker.security.connection import TlsAcceptor, tls_principal
+from broker.security.listeners import Listener
+from broker.security.principal import ANONYMOUS
 from protocol import frames
 from protocol.errors import ErrorCode, KafkaError, ProtocolError
 from protocol.messages import decode_request, encode_parts
@@ -84,8 +87,10 @@ class RequestContext:
 
 
 class Connection(asyncio.BufferedProtocol):
-    def __init__(self, server: KafkaServer) -> None:
+    def __init__(self, server: KafkaServer, listener: Listener | None = None) -> None:
         self.server = server
+        self.listener = listener  # the listener the client came in on (None: a bare test server)
+        self.principal = ANONYMOUS  # who the client is: set by TLS (client certificate) or SASL
         self.splitter = frames.FrameSplitter(server.max_request_size, server.buffers)
         self.queue: collections.deque[memoryview] = collections.deque()
         self.queued_bytes = 0
@@ -107,7 +112,10 @@ class Connection(asyncio.BufferedProtocol):
         if peer:
             self.peer = (peer[0], peer[1])
         sock = transport.get_extra_info("socket")
-        if sock is not None and hasattr(os, "sendfile") and transport.get_extra_info("sslcontext") is None:
+        listener = self.listener
+        if listener is not None and listener.uses_tls:
+            self.principal = tls_principal(transport, listener)  # the handshake is done: the peer is known
+        elif sock is not None and hasattr(os, "sendfile"):
             self.socket_fd = sock.fileno()
         self.server.connections.add(self)
 
@@ -121,7 +129,9 @@ class Connection(asyncio.BufferedProtocol):
                 self.queue.append(frame)
                 self.queued_bytes += len(frame)
         except frames.FrameTooLarge as exc:
-            log.warning("closing connection: request too large", peer=self.peer, size=exc.size, limit=exc.limit)
+            # a TLS record header read as a size (a TLS client on a plaintext port) gets a hint
+            hint = {"tls_on_plaintext_port": True} if exc.size >> 16 == 0x1603 else {}
+            log.warning("closing connection: request too large", peer=self.peer, size=exc.size, limit=exc.limit, **hint)
             self.close()
             return
         if self.queue and self.worker is None and not self.closing and not self.draining:
@@ -406,17 +416,22 @@ class KafkaServer:
         self.idle_s = idle_ms / 1000.0
         self.connections: set[Connection] = set()
         self.buffers = frames.BufferPool()  # receive buffers, shared by the connections
-        self.servers: list[asyncio.base_events.Server] = []
+        self.servers: list[Any] = []  # asyncio Servers, TlsAcceptors: close() and wait_closed()
         self.sendfile_min_bytes = SENDFILE_MIN_BYTES  # a FileSlice at least this long is sent with os.sendfile
         self.debug = _debug_enabled()  # read once: the logging configuration is set before the server starts
         self._reaper: asyncio.Task[None] | None = None
 
-    async def listen(self, host: str, port: int) -> int:
+    async def listen(self, host: str, port: int, listener: Listener | None = None) -> int:
         loop = asyncio.get_running_loop()
-        server = await loop.create_server(lambda: Connection(self), host or None, port, reuse_address=True, backlog=1024)
-        self.servers.append(server)
         if self._reaper is None:
             self._reaper = loop.create_task(self._close_idle())
+        if listener is not None and listener.uses_tls:
+            acceptor = TlsAcceptor(lambda: Connection(self, listener), listener, host, port)
+            self.servers.append(acceptor)
+            return acceptor.start()
+        server = await loop.create_server(lambda: Connection(self, listener), host or None, port, reuse_address=True,
+                                          backlog=1024)
+        self.servers.append(server)
         return int(server.sockets[0].getsockname()[1])
 
     async def _close_idle(self) -> None:

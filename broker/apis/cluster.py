@@ -9,6 +9,7 @@ from typing import Any
 from broker.apis.metadata import CLUSTER_OPERATIONS
 from broker.apis.registry import api
 from broker.metadata import validate_topic_name
+from broker.security.authz import listener_of
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages import DescribeClusterResponse, DescribeLogDirsResponse, DescribeProducersResponse
 
@@ -31,7 +32,7 @@ async def handle_describe_cluster(ctx: Any, request: Any) -> Any:
         code = ErrorCode.INVALID_REQUEST if ctx.api_version == 0 else ErrorCode.MISMATCHED_ENDPOINT_TYPE
         return DC(error_code=int(code), error_message="The request was sent to an endpoint of type BROKER, but we "
                   "wanted an endpoint of type CONTROLLER")
-    host, port = broker.advertised()
+    host, port = broker.advertised(listener_of(ctx))
     return DC(
         throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=ENDPOINT_BROKER,
         cluster_id=broker.cluster_id, controller_id=broker.node_id,

@@ -13,6 +13,7 @@ from typing import Any
 
 from broker.apis.registry import api
 from broker.coordinator.group import RequestInfo
+from broker.security.authz import listener_of
 from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
 
@@ -61,7 +62,7 @@ def _find(ctx: Any, key_type: int, key: str) -> ErrorCode:
 async def handle_find_coordinator(ctx: Any, request: Any) -> Any:
     if request.key_type == 0:
         await ctx.broker.ensure_offsets_topic()
-    host, port = ctx.broker.advertised()
+    host, port = ctx.broker.advertised(listener_of(ctx))
     node = ctx.broker.node_id
     R = M.FindCoordinatorResponse
     if ctx.api_version >= 4:

@@ -6,6 +6,7 @@ from typing import Any
 
 from broker.apis.registry import api
 from broker.metadata import INTERNAL_TOPICS, validate_topic_name
+from broker.security.authz import listener_of
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages import MetadataResponse
 
@@ -88,7 +89,7 @@ async def handle_metadata(ctx: Any, request: Any) -> Any:
                 topics.append(topic_error(wanted.name, _missing_topic_error(wanted.name)))
             else:
                 topics.append(topic_metadata(broker, info, ops))
-    host, port = broker.advertised()
+    host, port = broker.advertised(listener_of(ctx))
     return R(
         throttle_time_ms=0,
         brokers=[R.MetadataResponseBroker(node_id=broker.node_id, host=host, port=port, rack=broker.config["broker.rack"])],

@@ -42,7 +42,7 @@ class FakeBroker:
         self.group_coordinator = coordinator
         self.metadata = FakeMetadata()
 
-    def advertised(self) -> tuple[str, int]:
+    def advertised(self, listener: str | None = None) -> tuple[str, int]:
         return "localhost", 19092
 
     async def ensure_offsets_topic(self) -> None:
