@@ -19,9 +19,11 @@ from broker.coordinator.log_writer import LogPartitionWriter, internal_topic_log
 from broker.coordinator.timer import AsyncioClock
 from broker.log import AppendOrigin, Log, LogCleaner, LogConfig, LogManager
 from broker.log.reader import iter_records
+from broker.log_dirs import LogDirMover
 from broker.metadata import RESOURCE_TOPIC, MetadataStore, TopicInfo
 from broker.metrics import Metrics
 from broker.partition import PartitionManager
+from broker.quorum import start_new_epoch
 from broker.security.listeners import build_listeners
 from broker.server import KafkaServer
 from protocol.errors import ErrorCode, KafkaError
@@ -69,6 +71,15 @@ def ensure_meta_properties(log_dir: Path, node_id: int, cluster_id: str | None) 
     return cluster_id
 
 
+def read_directory_id(log_dir: Path) -> uuid.UUID:
+    """The directory.id of a log dir's meta.properties (zero if it has none)."""
+    text = read_properties(log_dir / "meta.properties").get("directory.id", "")
+    try:
+        return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+    except ValueError:
+        return uuid.UUID(int=0)
+
+
 class LogMetadataLog:
     """The metadata log on the storage engine: `__cluster_metadata-0`, fsynced on every change."""
 
@@ -99,12 +110,15 @@ class Broker:
         self.metadata: MetadataStore = None  # type: ignore[assignment]  # set in start()
         self.group_coordinator: GroupCoordinator = None  # type: ignore[assignment]  # set in start()
         self.partitions = PartitionManager(self.logs)
+        self.log_dir_mover = LogDirMover(self.logs, self.partitions)
         self.cleaner = LogCleaner()
         self.server = KafkaServer(self, int(config["socket.request.max.bytes"]), int(config["connections.max.idle.ms"]))
         self.ports: list[int] = []
         self.listeners = build_listeners(config)  # checked and built before anything starts
         self.bound_ports: dict[str, int] = {}  # listener name -> bound port
         self._advertised: dict[str | None, tuple[str, int]] = {}  # see advertised()
+        self.metadata_directory_id = uuid.UUID(int=0)  # directory.id of the metadata log's dir
+        self.quorum_epoch = 0  # epoch of the metadata quorum (this node leads it)
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
         self._stopping = False
@@ -117,7 +131,10 @@ class Broker:
             cluster_id = ensure_meta_properties(Path(d), self.node_id, cluster_id)
         self.cluster_id = cluster_id
         stats = await asyncio.to_thread(self.logs.startup)
-        self.metadata = MetadataStore(LogMetadataLog(self.logs.get_or_create_log(METADATA_TOPIC, 0)), self.node_id)
+        metadata_log = self.logs.get_or_create_log(METADATA_TOPIC, 0)
+        self.metadata = MetadataStore(LogMetadataLog(metadata_log), self.node_id)
+        self.metadata_directory_id = read_directory_id(Path(metadata_log.dir).parent)
+        self.quorum_epoch = await asyncio.to_thread(start_new_epoch, metadata_log.dir, self.node_id)
         self.metadata.load()
         self.metadata.bootstrap(self.config.static_min_insync_replicas)
         self.apply_dynamic_configs()  # logs were loaded before the metadata: give them their configs
@@ -243,6 +260,7 @@ class Broker:
             await self.group_coordinator.stop()  # parked JoinGroup/SyncGroup answered NOT_COORDINATOR
         self.partitions.wake_all()  # long-polling fetches answer now with what they have
         await self.server.stop()
+        await self.log_dir_mover.stop()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -320,6 +338,7 @@ class Broker:
 
     async def delete_topic(self, name: str) -> TopicInfo:
         info = self.metadata.delete_topic(name)
+        self.log_dir_mover.cancel_topic(name)
         await self.partitions.remove_topic(name)
         log.info("topic deleted", topic=name)
         await self._topics_changed(deleted={name})

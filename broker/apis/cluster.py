@@ -1,4 +1,4 @@
-"""DescribeCluster (key 60), DescribeLogDirs (key 35) and DescribeProducers (key 61)."""
+"""DescribeCluster (key 60), DescribeLogDirs (key 35), AlterReplicaLogDirs (key 34) and DescribeProducers (key 61)."""
 
 from __future__ import annotations
 
@@ -6,12 +6,19 @@ import os
 from collections import defaultdict
 from typing import Any
 
+import structlog
+
 from broker.apis.metadata import CLUSTER_OPERATIONS
 from broker.apis.registry import api
 from broker.metadata import validate_topic_name
 from broker.security.authz import listener_of
 from protocol.errors import ErrorCode, KafkaError
-from protocol.messages import DescribeClusterResponse, DescribeLogDirsResponse, DescribeProducersResponse
+from protocol.messages import (
+    AlterReplicaLogDirsResponse,
+    DescribeClusterResponse,
+    DescribeLogDirsResponse,
+    DescribeProducersResponse,
+)
 
 ENDPOINT_BROKER = 1
 ENDPOINT_CONTROLLER = 2
@@ -19,6 +26,7 @@ LONG_MAX = (1 << 63) - 1
 CLUSTER_METADATA_TOPIC = "__cluster_metadata"  # the metadata log lives in a log dir but is not a topic
 
 DC = DescribeClusterResponse
+log = structlog.get_logger("broker.cluster")
 
 
 @api(60)
@@ -54,15 +62,22 @@ def _disk_space(path: str) -> tuple[int, int]:
 
 
 def describe_log_dir(broker: Any, log_dir: str, wanted: set[tuple[str, int]] | None) -> Any:
+    """One log dir as ReplicaManager.describeLogDirs reports it: its partitions (and the future
+    replicas being copied into it) among `wanted` (None: all), topics without any left out."""
     logs = broker.logs
     topics: dict[str, list[Any]] = defaultdict(list)
     for (topic, index), log in sorted(logs.logs.items()):
-        if topic == CLUSTER_METADATA_TOPIC or logs.log_dir_of(topic, index) != log_dir:
+        if topic == CLUSTER_METADATA_TOPIC or (wanted is not None and (topic, index) not in wanted):
             continue
-        if wanted is not None and (topic, index) not in wanted:
-            continue
-        topics[topic].append(L.DescribeLogDirsPartition(partition_index=index, partition_size=log.size,
-                                                        offset_lag=0, is_future_key=False))
+        if logs.log_dir_of(topic, index) == log_dir:
+            partition = broker.partitions.get(topic, index)
+            lag = max(0, partition.high_watermark - log.log_end_offset) if partition is not None else 0
+            topics[topic].append(L.DescribeLogDirsPartition(partition_index=index, partition_size=log.size,
+                                                            offset_lag=lag, is_future_key=False))
+        future = broker.log_dir_mover.future_of(topic, index)
+        if future is not None and future[0] == log_dir:
+            topics[topic].append(L.DescribeLogDirsPartition(partition_index=index, partition_size=future[1],
+                                                            offset_lag=future[2], is_future_key=True))
     try:
         total, usable = _disk_space(log_dir)
     except OSError:
@@ -81,6 +96,31 @@ async def handle_describe_log_dirs(ctx: Any, request: Any) -> Any:
         wanted = {(t.topic, p) for t in request.topics for p in t.partitions}
     return L(throttle_time_ms=0, error_code=0,
              results=[describe_log_dir(broker, d, wanted) for d in broker.logs.log_dirs])
+
+
+A = AlterReplicaLogDirsResponse
+
+
+@api(34)
+async def handle_alter_replica_log_dirs(ctx: Any, request: Any) -> Any:
+    """Each partition starts moving to its directory (the answer does not wait for the copy); the
+    errors are ReplicaManager.alterReplicaLogDirs'."""
+    targets: dict[tuple[str, int], str] = {}
+    for d in request.dirs:
+        for t in d.topics:
+            for p in t.partitions:
+                targets[(t.name, p)] = d.path
+    results: dict[str, list[Any]] = defaultdict(list)
+    for (topic, index), path in targets.items():
+        code = ErrorCode.NONE
+        try:
+            ctx.broker.log_dir_mover.alter(topic, index, path)
+        except KafkaError as exc:
+            log.warning("unable to alter log dirs", topic=topic, partition=index, error=exc.message)
+            code = exc.code
+        results[topic].append(A.AlterReplicaLogDirPartitionResult(partition_index=index, error_code=int(code)))
+    return A(throttle_time_ms=0, results=[A.AlterReplicaLogDirTopicResult(topic_name=t, partitions=p)
+                                          for t, p in results.items()])
 
 
 DP = DescribeProducersResponse

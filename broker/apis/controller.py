@@ -1,18 +1,35 @@
 """APIs a Kafka broker forwards to its controller; this single node is its own controller.
 
-UpdateFeatures (key 57) changes finalized feature levels (broker.features), all or nothing as
+UpdateFeatures (57), ElectLeaders (43), AlterPartitionReassignments (45),
+ListPartitionReassignments (46) and DescribeQuorum (55), answered as Kafka's controller answers
+them for a cluster of one node.
+
+UpdateFeatures changes finalized feature levels (broker.features), all or nothing as
 Kafka's FeatureControlManager: the first failing update is the top-level error and nothing
 changes. v0-1 list a result per feature on success; v2 has only the top-level error.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from broker import features
 from broker.apis.registry import api
-from protocol.errors import KafkaError
-from protocol.messages import UpdateFeaturesResponse
+from broker.apis.topics import assigned_brokers
+from broker.security.authz import listener_of
+from protocol.errors import ErrorCode, KafkaError
+from protocol.messages import (
+    AlterPartitionReassignmentsResponse,
+    DescribeQuorumResponse,
+    ElectLeadersResponse,
+    ListPartitionReassignmentsResponse,
+    UpdateFeaturesResponse,
+)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
 
 UF = UpdateFeaturesResponse
 
@@ -35,3 +52,129 @@ async def handle_update_features(ctx: Any, request: Any) -> Any:
         ctx.broker.apply_dynamic_configs()  # enabling ELR may have moved min.insync.replicas
     results = [UF.UpdatableFeatureResult(feature=name, error_code=0, error_message=None) for name, _, _ in updates]
     return UF(throttle_time_ms=0, error_code=0, error_message=None, results=results)
+
+
+# ---------------------------------------------------------------------------------------------
+# ElectLeaders (key 43): every partition has its leader, this node (ReplicationControlManager)
+
+PREFERRED, UNCLEAN = 0, 1
+EL = ElectLeadersResponse
+
+
+def _elect(broker: Any, topic: str, index: int) -> KafkaError | None:
+    info = broker.metadata.topic(topic)
+    if info is None:
+        return KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "No such topic as %s" % topic)
+    if not 0 <= index < info.partitions:
+        return KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "No such partition as %s-%d" % (topic, index))
+    return ELECTION_NOT_NEEDED  # the preferred (and only) replica leads, for either election type
+
+
+ELECTION_NOT_NEEDED = KafkaError(ErrorCode.ELECTION_NOT_NEEDED, "Leader election not needed for topic partition.")
+
+
+def _partition_result(index: int, error: KafkaError | None) -> Any:
+    return EL.PartitionResult(partition_id=index, error_code=int(error.code) if error else 0,
+                              error_message=error.message if error else None)
+
+
+@api(43)
+async def handle_elect_leaders(ctx: Any, request: Any) -> Any:
+    broker = ctx.broker
+    election_type = request.election_type if ctx.api_version >= 1 else PREFERRED
+    if election_type not in (PREFERRED, UNCLEAN):
+        return EL(throttle_time_ms=0, error_code=int(ErrorCode.INVALID_REQUEST), replica_election_results=[])
+    results = []
+    if request.topic_partitions is None:
+        # every partition; those that already have the desired leader are left out of the answer
+        for name, info in sorted(broker.metadata.topics.items()):
+            errors = [(p, _elect(broker, name, p)) for p in range(info.partitions)]
+            results.append(EL.ReplicaElectionResult(topic=name, partition_result=[
+                _partition_result(p, e) for p, e in errors if e is not ELECTION_NOT_NEEDED]))
+    else:
+        for t in request.topic_partitions:
+            results.append(EL.ReplicaElectionResult(topic=t.topic, partition_result=[
+                _partition_result(p, _elect(broker, t.topic, p)) for p in t.partitions]))
+    return EL(throttle_time_ms=0, error_code=0, replica_election_results=results)
+
+
+# ---------------------------------------------------------------------------------------------
+# AlterPartitionReassignments (key 45) / ListPartitionReassignments (key 46): this node is the
+# only registered broker, so the only valid target is the current assignment and no reassignment
+# is ever in progress.
+
+AR = AlterPartitionReassignmentsResponse
+LR = ListPartitionReassignmentsResponse
+
+
+def _reassign(broker: Any, topic: str, index: int, replicas: list[int] | None) -> None:
+    info = broker.metadata.topic(topic)
+    if info is None:
+        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "Unable to find a topic named %s." % topic)
+    if not 0 <= index < info.partitions:
+        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "Unable to find partition %s:%d." % (topic, index))
+    if replicas is None:
+        raise KafkaError(ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, "No partition reassignment is in progress.")
+    assigned_brokers(list(replicas), broker.node_id, None)
+    # the target is this node alone: the current assignment, nothing to do
+
+
+@api(45)
+async def handle_alter_partition_reassignments(ctx: Any, request: Any) -> Any:
+    responses = []
+    for t in request.topics:
+        partitions = []
+        for p in t.partitions:
+            error: KafkaError | None = None
+            try:
+                _reassign(ctx.broker, t.name, p.partition_index, p.replicas)
+            except KafkaError as exc:
+                error = exc
+            partitions.append(AR.ReassignablePartitionResponse(
+                partition_index=p.partition_index, error_code=int(error.code) if error else 0,
+                error_message=error.message if error else None))
+        responses.append(AR.ReassignableTopicResponse(name=t.name, partitions=partitions))
+    allow = request.allow_replication_factor_change if ctx.api_version >= 1 else True
+    return AR(throttle_time_ms=0, allow_replication_factor_change=allow, error_code=0, error_message=None,
+              responses=responses)
+
+
+@api(46)
+async def handle_list_partition_reassignments(ctx: Any, request: Any) -> Any:
+    return LR(throttle_time_ms=0, error_code=0, error_message=None, topics=[])
+
+
+# ---------------------------------------------------------------------------------------------
+# DescribeQuorum (key 55): this node is the single voter and leader of the metadata log
+
+DQ = DescribeQuorumResponse
+METADATA_TOPIC = "__cluster_metadata"
+
+
+def _quorum_partition(broker: Any, now_ms: int) -> Any:
+    end = broker.logs.get_log(METADATA_TOPIC, 0).log_end_offset
+    voter = DQ.ReplicaState(replica_id=broker.node_id, replica_directory_id=broker.metadata_directory_id,
+                            log_end_offset=end, last_fetch_timestamp=now_ms, last_caught_up_timestamp=now_ms)
+    return DQ.PartitionData(partition_index=0, error_code=0, error_message=None, leader_id=broker.node_id,
+                            leader_epoch=broker.quorum_epoch, high_watermark=end, current_voters=[voter],
+                            observers=[])
+
+
+@api(55)
+async def handle_describe_quorum(ctx: Any, request: Any) -> Any:
+    broker = ctx.broker
+    valid = (len(request.topics) == 1 and request.topics[0].topic_name == METADATA_TOPIC
+             and [p.partition_index for p in request.topics[0].partitions] == [0])
+    topics = []
+    if valid:
+        topics = [DQ.TopicData(topic_name=METADATA_TOPIC, partitions=[_quorum_partition(broker, now_ms())])]
+    else:
+        code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        topics = [DQ.TopicData(topic_name=t.topic_name, partitions=[
+            DQ.PartitionData(partition_index=p.partition_index, error_code=int(code), error_message="This server does not host this topic-partition.",
+                             leader_id=-1, leader_epoch=-1, high_watermark=-1, current_voters=[], observers=[])
+            for p in t.partitions]) for t in request.topics]
+    listener = listener_of(ctx)
+    host, port = broker.advertised(listener)
+    nodes = [DQ.Node(node_id=broker.node_id, listeners=[DQ.Listener(name=listener or "PLAINTEXT", host=host, port=port)])]
+    return DQ(error_code=0, error_message=None, topics=topics, nodes=nodes)

@@ -1,14 +1,16 @@
-"""Metadata (key 3): brokers, topics with their ids and partitions; auto-creation of topics."""
+"""Metadata (key 3): brokers, topics with their ids and partitions; auto-creation of topics.
+DescribeTopicPartitions (key 75): the same partitions in pages."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from broker.apis.registry import api
 from broker.metadata import INTERNAL_TOPICS, validate_topic_name
 from broker.security.authz import listener_of
 from protocol.errors import ErrorCode, KafkaError
-from protocol.messages import MetadataResponse
+from protocol.messages import DescribeTopicPartitionsResponse, MetadataResponse
 
 # Without an authorizer every operation is allowed; Kafka then reports all the operations a
 # resource supports (AclOperation codes as bit positions).
@@ -101,3 +103,72 @@ async def handle_metadata(ctx: Any, request: Any) -> Any:
         ),
         error_code=0,
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# DescribeTopicPartitions (key 75): the partitions of topics in pages bounded by a partition limit,
+# continued with a cursor (Kafka's DescribeTopicPartitionsRequestHandler and
+# KRaftMetadataCache.describeTopicResponse, in their order).
+
+DT = DescribeTopicPartitionsResponse
+MAX_REQUEST_PARTITION_SIZE_LIMIT = 2000  # Kafka's max.request.partition.size.limit default
+
+
+def _described_partitions(broker: Any, info: Any, start: int, limit: int) -> tuple[list[Any], int]:
+    """The partitions from `start` (at most `limit`) and the next index, or -1 when none is left."""
+    upper = min(info.partitions, start + limit)
+    node = broker.node_id
+    partitions = [
+        DT.DescribeTopicPartitionsResponsePartition(
+            error_code=0, partition_index=p, leader_id=node, leader_epoch=broker.leader_epoch, replica_nodes=[node],
+            isr_nodes=[node], eligible_leader_replicas=[], last_known_elr=[], offline_replicas=[])
+        for p in range(start, upper)
+    ]
+    return partitions, upper if upper < info.partitions else -1
+
+
+def _invalid_request(request: Any) -> Any:
+    """The whole request fails (Kafka raises InvalidRequestException: the topic list must hold the
+    cursor's topic, the cursor's partition must not be negative): each asked topic carries the error."""
+    return DT(throttle_time_ms=0, topics=[
+        DT.DescribeTopicPartitionsResponseTopic(error_code=int(ErrorCode.INVALID_REQUEST), name=t.name,
+                                                topic_id=uuid.UUID(int=0), partitions=[])
+        for t in request.topics])
+
+
+@api(75)
+async def handle_describe_topic_partitions(ctx: Any, request: Any) -> Any:
+    broker = ctx.broker
+    cursor = request.cursor
+    cursor_topic = cursor.topic_name if cursor is not None else ""
+    every_topic = not request.topics
+    names = list(broker.metadata.topics) if every_topic else [t.name for t in request.topics]
+    wanted = sorted({n for n in names if n >= cursor_topic})
+    if not every_topic and cursor is not None and cursor.topic_name not in wanted:
+        return _invalid_request(request)
+    if cursor is not None and cursor.partition_index < 0:
+        return _invalid_request(request)
+    remaining = max(min(MAX_REQUEST_PARTITION_SIZE_LIMIT, request.response_partition_limit), 1)
+    response = DT(throttle_time_ms=0, topics=[], next_cursor=None)
+    for name in wanted:
+        if remaining == 0:
+            # the cursor points at the start of the topic the limit left out
+            response.next_cursor = DT.Cursor(topic_name=name, partition_index=0)
+            break
+        info = broker.metadata.topic(name)
+        if info is None:
+            if not every_topic:
+                response.topics.append(DT.DescribeTopicPartitionsResponseTopic(
+                    error_code=int(_missing_topic_error(name)), name=name, topic_id=uuid.UUID(int=0),
+                    is_internal=name in INTERNAL_TOPICS, partitions=[], topic_authorized_operations=TOPIC_OPERATIONS))
+            continue
+        start = cursor.partition_index if name == cursor_topic and cursor is not None else 0
+        partitions, next_index = _described_partitions(broker, info, start, remaining)
+        response.topics.append(DT.DescribeTopicPartitionsResponseTopic(
+            error_code=0, name=name, topic_id=info.topic_id, is_internal=info.internal, partitions=partitions,
+            topic_authorized_operations=TOPIC_OPERATIONS))
+        if next_index != -1:
+            response.next_cursor = DT.Cursor(topic_name=name, partition_index=next_index)
+            break
+        remaining -= len(partitions)
+    return response

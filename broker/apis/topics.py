@@ -28,7 +28,7 @@ DEFAULT_MESSAGES = {
 }
 
 
-def _assigned_brokers(broker_ids: list[int], node_id: int, replication_factor: int | None) -> None:
+def assigned_brokers(broker_ids: list[int], node_id: int, replication_factor: int | None) -> None:
     """Kafka's checks of one manual partition assignment (INVALID_REPLICA_ASSIGNMENT)."""
     if not broker_ids:
         raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
@@ -79,7 +79,7 @@ def partition_layout(broker: Any, topic: Any) -> tuple[int, int]:
             if a.partition_index in seen:
                 raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                                  "Found multiple manual partition assignments for partition %d" % a.partition_index)
-            _assigned_brokers(a.broker_ids, broker.node_id, replication_factor)
+            assigned_brokers(a.broker_ids, broker.node_id, replication_factor)
             replication_factor = len(a.broker_ids)
             seen.add(a.partition_index)
         if seen != set(range(len(seen))):
@@ -274,7 +274,7 @@ def check_new_partitions(broker: Any, topic: Any) -> None:
             raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "Attempted to add %d additional partition(s), but "
                              "only %d assignment(s) were specified." % (additional, len(topic.assignments)))
         for a in topic.assignments:
-            _assigned_brokers(a.broker_ids, broker.node_id, 1)
+            assigned_brokers(a.broker_ids, broker.node_id, 1)
 
 
 @api(37)

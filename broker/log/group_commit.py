@@ -45,6 +45,16 @@ class GroupCommit:
                 raise ValueError(f"offset {end_offset} was not written before commit() was called")
         return self.durable
 
+    async def idle(self) -> None:
+        """Until no fsync is running (none starts before the caller's next await)."""
+        while self._round is not None:
+            await asyncio.shield(self._round)
+
+    def retarget(self, flush: Callable[[], int], durable: int) -> None:
+        """Flush another log from now on (the partition moved to another log dir); call when idle."""
+        self._flush = flush
+        self.durable = durable
+
     def reset(self, durable: int) -> None:
         """After the log was truncated (the recovery point went down), forget the old high mark."""
         self.durable = durable

@@ -140,6 +140,11 @@ class Log:
         return self._segments[-1].next_offset
 
     @property
+    def lock(self) -> threading.RLock:
+        """Held by every change of the log; a holder sees it standing still (the mover's last step)."""
+        return self._lock
+
+    @property
     def segments(self) -> tuple[LogSegment, ...]:
         with self._lock:
             return tuple(self._segments)

@@ -35,6 +35,7 @@ from broker.log.checkpoint import (
 from broker.log.config import LogConfig
 from broker.log.loader import LoadStats, create_log, load_log, parse_partition_dir
 from broker.log.log import Log, wall_clock_ms
+from broker.log.mover import FUTURE_DIR_SUFFIX
 from protocol.errors import ErrorCode, KafkaError
 
 TopicPartition = tuple[str, int]
@@ -121,8 +122,10 @@ class LogManager:
                 path = os.path.join(log_dir, name)
                 if not os.path.isdir(path):
                     continue
-                if name.endswith(DELETE_DIR_SUFFIX):
-                    shutil.rmtree(path, ignore_errors=True)  # a deletion cut short
+                if name.endswith((DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX)):
+                    # a deletion cut short, or a move between log dirs that did not finish (the
+                    # partition is still whole in its old dir)
+                    shutil.rmtree(path, ignore_errors=True)
                     continue
                 try:
                     tp = parse_partition_dir(name)
@@ -200,6 +203,18 @@ class LogManager:
             self._log_dir_of[(topic, partition)] = log_dir
             return log
 
+    def replace_log(self, topic: str, partition: int, log: Log, log_dir: str) -> Log:
+        """Put `log` (the partition moved to `log_dir`) in place of the current one, returned."""
+        with self._lock:
+            old = self._logs[(topic, partition)]
+            self._logs[(topic, partition)] = log
+            self._log_dir_of[(topic, partition)] = log_dir
+        return old
+
+    def remove_moved_dir(self, old: Log) -> None:
+        """The directory a moved partition left: renamed away and deleted."""
+        self._discard(old, os.path.dirname(old.dir))
+
     def delete_log(self, topic: str, partition: int) -> bool:
         """Remove a partition: rename its dir to `<topic>-<partition>.<uuid>-delete`, then delete it.
         Slices already handed out stay readable (their files are open)."""
@@ -209,12 +224,15 @@ class LogManager:
         if log is None or log_dir is None:
             return False
         log.close_handles()
-        doomed = os.path.join(log_dir, f"{topic}-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
+        self._discard(log, log_dir)
+        return True
+
+    def _discard(self, log: Log, parent: str) -> None:
+        doomed = os.path.join(parent, f"{log.topic}-{log.partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
         os.replace(log.dir, doomed)
-        fsync_dir(log_dir)
+        fsync_dir(parent)
         shutil.rmtree(doomed, ignore_errors=True)
         self.checkpoint()
-        return True
 
     def update_topic_config(self, topic: str, config: LogConfig) -> None:
         for (t, _), log in self.logs.items():
