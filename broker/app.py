@@ -252,10 +252,16 @@ class Broker:
             self._advertised[listener] = (host, port)
         return host, port
 
-    async def stop(self) -> None:
+    async def stop(self, clean: bool = True) -> None:
+        """Stop serving. Clean: in-flight requests finish, logs are flushed and checkpointed, the
+        clean-shutdown markers written. Not clean (broker.testing's restart as after `kill -9`):
+        connections are cut at once and the files are let go as they are, so the next start
+        recovers them as after a crash."""
         if self._stopping:
             return
         self._stopping = True
+        if not clean:
+            self.server.abort()
         if self.group_coordinator is not None:
             await self.group_coordinator.stop()  # parked JoinGroup/SyncGroup answered NOT_COORDINATOR
         self.partitions.wake_all()  # long-polling fetches answer now with what they have
@@ -264,9 +270,9 @@ class Broker:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        await asyncio.to_thread(self.logs.shutdown)
+        await asyncio.to_thread(self.logs.shutdown if clean else self.logs.abandon)
         self._stopped.set()
-        log.info("broker stopped")
+        log.info("broker stopped", clean=clean)
 
     @property
     def stopping(self) -> bool:

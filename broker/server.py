@@ -444,6 +444,15 @@ class KafkaServer:
                     log.info("closing idle connection", peer=conn.peer, idle_ms=int(self.idle_s * 1000))
                     conn.close()
 
+    def abort(self) -> None:
+        """Stop at once, as a killed process does: nothing more is accepted, read or answered."""
+        for server in self.servers:
+            server.close()
+        for conn in list(self.connections):
+            conn.close()
+            if conn.transport is not None:
+                conn.transport.abort()  # what is still buffered is never sent
+
     async def stop(self, grace: float = 10.0) -> None:
         """Stop accepting, let in-flight requests finish (bounded), then close every connection."""
         for server in self.servers:

@@ -731,6 +731,14 @@ class Log:
                 seg.close()
             self.closed = True
 
+    def abandon(self) -> None:
+        """Let go of every file as a killed process does: nothing more is written or fsynced (what
+        reached the OS stays), so the next start finds the state `kill -9` leaves behind."""
+        with self._lock:
+            for seg in self._segments:
+                seg.abandon()
+            self.closed = True
+
 
 def _epoch(header: BatchHeader) -> int:
     return header.partition_leader_epoch if header.partition_leader_epoch >= 0 else -1

@@ -288,6 +288,13 @@ class LogManager:
                     },
                 )
 
+    def abandon(self) -> None:
+        """Stop as a killed process stops: files released, nothing flushed or checkpointed, no
+        clean-shutdown markers (broker.testing's restart as after `kill -9`)."""
+        for log in self.logs.values():
+            log.abandon()
+        self.started = False
+
     def shutdown(self, broker_epoch: int = -1) -> None:
         """Clean shutdown: close (flush) every log, checkpoint, then write the clean-shutdown markers."""
         for log in self.logs.values():

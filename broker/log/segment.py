@@ -424,6 +424,12 @@ class LogSegment:
         self.close()
         self.file.close()
 
+    def abandon(self) -> None:
+        """Release the handles without writing anything more (see Log.abandon)."""
+        self.offset_index.close()
+        self.time_index.close()
+        self.file.close()
+
     # -- reads ---------------------------------------------------------------------------------------
 
     def find_batch(self, offset: int, size: int | None = None) -> tuple[int, BatchHeader] | None:

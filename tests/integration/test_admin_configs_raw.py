@@ -113,7 +113,7 @@ def test_describe_topic_synonym_order(tmp_path: Path) -> None:
         assert sources["flush.ms"] == ("9223372036854775807", 5)
         c.close()
     finally:
-        bt.stop()
+        bt.close()
 
 
 def test_describe_filters_and_errors(broker_thread: BrokerThread, client: RawClient) -> None:
@@ -311,7 +311,7 @@ def restartable(tmp_path: Path) -> Iterator[list[BrokerThread]]:
     try:
         yield threads
     finally:
-        threads[-1].stop()
+        threads[-1].close()
 
 
 def test_configs_survive_restart(restartable: list[BrokerThread]) -> None:
@@ -322,7 +322,7 @@ def test_configs_survive_restart(restartable: list[BrokerThread]) -> None:
     assert incremental(c, BROKER, "", [("log.segment.bytes", SET, "2097152")]).error_code == 0
     assert incremental(c, BROKER, "1", [("log.retention.bytes", SET, "99999")]).error_code == 0
     c.close()
-    first.stop()
+    first.close()
     second = BrokerThread(first.tmp_path).start()
     restartable.append(second)
     log_config = second.broker.partitions.get("kept", 1).log.config

@@ -113,7 +113,7 @@ def test_create_topics_defaults_and_validate_only(tmp_path: Path) -> None:
         assert create_one(c, creatable("defaults"), validate_only=True).error_code == ErrorCode.TOPIC_ALREADY_EXISTS
         c.close()
     finally:
-        bt.stop()
+        bt.close()
 
 
 def test_create_topics_replication_factor(client: RawClient) -> None:
@@ -269,7 +269,7 @@ def no_delete_broker(tmp_path: Path) -> Iterator[BrokerThread]:
     try:
         yield bt
     finally:
-        bt.stop()
+        bt.close()
 
 
 def test_delete_topics_disabled(no_delete_broker: BrokerThread) -> None:

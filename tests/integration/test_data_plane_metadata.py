@@ -102,7 +102,7 @@ def test_auto_create(tmp_path: Path) -> None:
         assert metadata(c, ["a" * 250], 12).topics[0].error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
         c.close()
     finally:
-        bt.stop()
+        bt.close()
 
 
 def test_auto_create_disabled(tmp_path: Path) -> None:
@@ -115,7 +115,7 @@ def test_auto_create_disabled(tmp_path: Path) -> None:
         assert bt.broker.metadata.topic("never") is None
         c.close()
     finally:
-        bt.stop()
+        bt.close()
 
 
 def test_internal_topics_are_not_auto_created(broker_thread: BrokerThread, client: RawClient) -> None:
@@ -154,7 +154,7 @@ def test_topic_ids_survive_restart(tmp_path: Path) -> None:
         before.update({t.name: t.topic_id for t in metadata(c, ["x", "y"], 12).topics})
         c.close()
     finally:
-        bt.stop()
+        bt.close()
     bt = BrokerThread(tmp_path).start()
     try:
         c = bt.client()
@@ -162,4 +162,4 @@ def test_topic_ids_survive_restart(tmp_path: Path) -> None:
         assert after == before and len(set(after.values())) == len(after) >= 2
         c.close()
     finally:
-        bt.stop()
+        bt.close()

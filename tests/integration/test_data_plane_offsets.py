@@ -146,7 +146,7 @@ def test_log_start_offset_survives_restart(tmp_path: Path) -> None:
         assert delete_records(c, "drr", 0, 3).low_watermark == 3  # type: ignore[attr-defined]
         c.close()
     finally:
-        bt.stop()
+        bt.close()
     bt = BrokerThread(tmp_path).start()
     try:
         c = bt.client()
@@ -155,4 +155,4 @@ def test_log_start_offset_survives_restart(tmp_path: Path) -> None:
         assert fetch_one(c, "drr", 0, 2).error_code == ErrorCode.OFFSET_OUT_OF_RANGE
         c.close()
     finally:
-        bt.stop()
+        bt.close()

@@ -153,7 +153,7 @@ def test_message_too_large(tmp_path: Path) -> None:
             assert produce(c, topic, 0, at_limit).error_code == 0
         c.close()
     finally:
-        bt.stop()
+        bt.close()
 
 
 # -- idempotent producers ------------------------------------------------------------------------------
@@ -228,7 +228,7 @@ def test_producer_state_is_rebuilt_after_restart(tmp_path: Path) -> None:
             assert produce(c, "durable-idem", 1, idem([b"%d" % seq, b"x"], pid, epoch, seq * 2)).error_code == 0
         c.close()
     finally:
-        bt.stop()
+        bt.close()
     bt = BrokerThread(tmp_path).start()
     try:
         c = bt.client()
@@ -243,7 +243,7 @@ def test_producer_state_is_rebuilt_after_restart(tmp_path: Path) -> None:
         assert init_producer_id(c)[0] != pid
         c.close()
     finally:
-        bt.stop()
+        bt.close()
 
 
 def test_log_append_time_topic(broker_thread: BrokerThread, client: RawClient) -> None:

@@ -29,7 +29,7 @@ def broker_fixture(tmp_path: Path) -> Iterator[BrokerThread]:
     try:
         yield bt
     finally:
-        bt.stop()
+        bt.close()
 
 
 def join(client: RawClient, group_id: str, member_id: str = "") -> Any:

@@ -176,7 +176,7 @@ def test_oversized_frame_closes_the_connection(tmp_path: Path) -> None:
         at_limit.close()
         other.close()
     finally:
-        bt.stop()
+        bt.close()
 
 
 def test_unknown_api_key_closes_the_connection(broker_thread: BrokerThread, bystander: RawClient) -> None:
@@ -244,7 +244,7 @@ def test_idle_connections_are_closed(tmp_path: Path) -> None:
         assert entry.error_code == 0
         busy.close()
     finally:
-        bt.stop()
+        bt.close()
 
 
 # -- ApiVersions ---------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Shared helpers for the integration tests (no tests here): a broker running in-process in a
-background thread (its own event loop, listening on 127.0.0.1:0) and request builders for raw
-frames sent with tests.harness.RawClient.
+background thread (broker.testing.EmbeddedBroker) and request builders for raw frames sent with
+tests.harness.RawClient.
 
 A test module registers the fixtures by importing them (`broker_thread_fixture`, `client_fixture`);
 the tests then ask for `broker_thread` and `client`. The `*_fixture` names keep ruff's F811 quiet.
@@ -9,59 +9,37 @@ the tests then ask for `broker_thread` and `client`. The `*_fixture` names keep 
 from __future__ import annotations
 
 import asyncio
-import threading
-from collections.abc import Coroutine, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from broker.testing import EmbeddedBroker
 from protocol import messages as M
 from protocol.records import build_batch
-from tests.harness import RawClient, start_inprocess
+from tests.harness import RawClient
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 DELETE_RECORDS, INIT_PRODUCER_ID, OFFSET_FOR_LEADER_EPOCH, API_VERSIONS = 21, 22, 23, 18
 
 
-class BrokerThread:
-    """A Broker served by an event loop in a daemon thread; tests talk to it over sockets.
+class BrokerThread(EmbeddedBroker):
+    """broker.testing's EmbeddedBroker with its data in `tmp_path/data` (kept when it stops, for
+    tests that start a second broker on it) and a RawClient factory.
 
     `overrides` are broker properties (`log_retention_hours="2"` or `**{"log.retention.hours": "2"}`).
-    `__consumer_offsets` gets 1 partition unless asked otherwise: creating Kafka's 50 at every
-    start would dominate the run time of these tests.
+    `__consumer_offsets` gets 1 partition unless asked otherwise. It serves on asyncio's event loop
+    (test_server_zero_copy runs some tests on uvloop's too).
     """
+
+    loop_factory = staticmethod(asyncio.new_event_loop)
 
     def __init__(self, tmp_path: Path, **overrides: str) -> None:
         self.tmp_path = tmp_path
-        self.overrides = {"offsets.topic.num.partitions": "1", **overrides}
-        self.loop = asyncio.new_event_loop()
-        self.broker: Any = None
-        self._thread = threading.Thread(target=self.loop.run_forever, name="broker-loop", daemon=True)
+        super().__init__({"log.dirs": str(tmp_path / "data"), "offsets.topic.num.partitions": "1"}, **overrides)
 
-    def start(self) -> BrokerThread:
-        self._thread.start()
-        self.broker = self.call(start_inprocess(self.tmp_path, **self.overrides))
-        return self
-
-    @property
-    def port(self) -> int:
-        return int(self.broker.ports[0])
-
-    def call(self, coro: Coroutine[Any, Any, Any], timeout: float = 30.0) -> Any:
-        """Run a coroutine on the broker's loop and wait for its result."""
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def stop(self) -> None:
-        try:
-            if self.broker is not None:
-                self.call(self.broker.stop())
-        finally:
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self._thread.join(10)
-            self.loop.close()
-
-    def create_topic(self, name: str, partitions: int = 1, configs: dict[str, str] | None = None) -> Any:
+    def create_topic(self, name: str, partitions: int = 1, configs: dict[str, str] | None = None) -> Any:  # type: ignore[override]
         return self.call(self.broker.create_topic(name, partitions, configs or {}))
 
     def client(self, client_id: str = "raw-test") -> RawClient:
@@ -75,7 +53,7 @@ def broker_thread_fixture(tmp_path: Path) -> Iterator[BrokerThread]:
     try:
         yield bt
     finally:
-        bt.stop()
+        bt.close()
 
 
 @pytest.fixture(name="client")

@@ -14,7 +14,6 @@ import os
 import socket
 import struct
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -43,11 +42,7 @@ from tests.integration.test_server_support import (
 
 
 class UvloopBrokerThread(BrokerThread):
-    def __init__(self, tmp_path: Path, **overrides: str) -> None:
-        super().__init__(tmp_path, **overrides)
-        self.loop.close()
-        self.loop = uvloop.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="broker-loop", daemon=True)
+    loop_factory = staticmethod(uvloop.new_event_loop)
 
 
 @pytest.fixture(params=["asyncio", "uvloop"])
@@ -57,7 +52,7 @@ def bt(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BrokerThread]
     try:
         yield broker_thread
     finally:
-        broker_thread.stop()
+        broker_thread.close()
 
 
 def value(partition: int, i: int, size: int) -> bytes:
