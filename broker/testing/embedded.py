@@ -144,10 +144,11 @@ class EmbeddedBroker:
     def _pin_ports(self, broker: Broker) -> None:
         """Listeners on port 0 keep the port they were given, so a restart comes back on it."""
         listeners = [parse_listener(uri) for uri in self.properties["listeners"].split(",") if uri.strip()]
+        bound = {name.upper(): port for name, port in broker.bound_ports.items()}
         if any(listener.port == 0 for listener in listeners):
             self.properties["listeners"] = ",".join(
-                "%s://%s:%d" % (listener.name, listener.host, listener.port or bound)
-                for listener, bound in zip(listeners, broker.ports)
+                "%s://%s:%d" % (listener.name, listener.host, listener.port or bound[listener.name.upper()])
+                for listener in listeners
             )
 
     def stop(self, clean: bool = True) -> None:
