@@ -20,12 +20,13 @@ from broker.coordinator.timer import AsyncioClock
 from broker.log import AppendOrigin, Log, LogCleaner, LogConfig, LogManager
 from broker.log.reader import iter_records
 from broker.log_dirs import LogDirMover
-from broker.metadata import RESOURCE_TOPIC, MetadataStore, TopicInfo
+from broker.metadata import RESOURCE_CLIENT_METRICS, RESOURCE_TOPIC, MetadataStore, TopicInfo
 from broker.metrics import Metrics
 from broker.partition import PartitionManager
 from broker.quorum import start_new_epoch
 from broker.security.listeners import build_listeners
 from broker.server import KafkaServer
+from broker.telemetry import ClientTelemetry
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import build_batch
 
@@ -104,6 +105,9 @@ class Broker:
         self.node_id = config.node_id
         self.leader_epoch = 0
         self.metrics = Metrics()
+        self.telemetry = ClientTelemetry(self._client_metrics_subscriptions, lambda: int(self.clock() * 1000),
+                                         int(config["telemetry.max.bytes"]))
+        self.metrics.registry.register(self.telemetry.collector)
         self.cluster_id = ""
         self.default_log_config = LogConfig.from_broker_properties(config.raw)
         self.logs = LogManager(config.log_dirs, self.default_log_config, topic_config=self._topic_log_config)
@@ -231,6 +235,11 @@ class Broker:
         for _, log_ in self.logs.logs.items():
             if log_.config.compact and not log_.closed:
                 self.cleaner.clean(log_)
+
+    def _client_metrics_subscriptions(self) -> dict[str, dict[str, str]]:
+        if self.metadata is None:
+            return {}
+        return self.metadata.image.resource_configs[RESOURCE_CLIENT_METRICS]
 
     def advertised(self, listener: str | None = None) -> tuple[str, int]:
         """Host and port given to clients that came in on `listener` (None: the first advertised

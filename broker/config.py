@@ -160,6 +160,7 @@ _PROPS: list[Prop] = [
     Prop("transactional.id.expiration.ms", "int", 604800000, "Expiry of idle transactional ids."),
     Prop("transaction.max.timeout.ms", "int", 900000, "Largest transaction timeout."),
     Prop("producer.id.expiration.ms", "int", 86400000, "Expiry of idle idempotent producer state."),
+    Prop("telemetry.max.bytes", "int", 1048576, "Largest metrics payload a client may push (KIP-714)."),
     # operations
     Prop("metrics.port", "int", -1, "Port of the Prometheus /metrics endpoint; -1 disables it (not in Kafka)."),
     Prop("log.format", "string", "console", "console (key=value) or json log lines (not in Kafka)."),

@@ -27,6 +27,8 @@ _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
+RESOURCE_CLIENT_METRICS = 16
+RESOURCE_GROUP = 32
 MIN_INSYNC_REPLICAS = "min.insync.replicas"
 PRODUCER_ID_BLOCK = 1000
 
@@ -88,6 +90,9 @@ class MetadataImage:
         self.topics: dict[str, TopicInfo] = {}
         self.topics_by_id: dict[uuid.UUID, TopicInfo] = {}
         self.broker_configs: dict[str, dict[str, str]] = {}  # resource name ("" = cluster-wide) -> configs
+        # configs of the other resource types (CLIENT_METRICS subscriptions, GROUP configs):
+        # resource type -> resource name -> configs; a resource without configs is gone, as in Kafka
+        self.resource_configs: dict[int, dict[str, dict[str, str]]] = {RESOURCE_CLIENT_METRICS: {}, RESOURCE_GROUP: {}}
         self.features: dict[str, int] = {}  # finalized feature levels (FeatureLevelRecord); 0 is absent
         self.next_producer_id = 0
         self.records = 0  # records replayed: the next offset of the metadata log
@@ -112,6 +117,8 @@ class MetadataImage:
                 target = t.configs if t is not None else None
             elif record.resource_type == RESOURCE_BROKER:
                 target = self.broker_configs.setdefault(record.resource_name, {})
+            elif record.resource_type in self.resource_configs:
+                target = self.resource_configs[record.resource_type].setdefault(record.resource_name, {})
             else:
                 target = None
             if target is not None:
@@ -119,6 +126,8 @@ class MetadataImage:
                     target.pop(record.name, None)
                 else:
                     target[record.name] = record.value
+                if not target and record.resource_type in self.resource_configs:
+                    del self.resource_configs[record.resource_type][record.resource_name]
         elif isinstance(record, M.ProducerIdsRecord):
             self.next_producer_id = max(self.next_producer_id, record.next_producer_id)
         elif isinstance(record, M.FeatureLevelRecord):

@@ -91,6 +91,7 @@ class Connection(asyncio.BufferedProtocol):
         self.server = server
         self.listener = listener  # the listener the client came in on (None: a bare test server)
         self.principal = ANONYMOUS  # who the client is: set by TLS (client certificate) or SASL
+        self.client_software = ("unknown", "unknown")  # name and version from ApiVersions v3+ (Kafka's ClientInformation)
         self.splitter = frames.FrameSplitter(server.max_request_size, server.buffers)
         self.queue: collections.deque[memoryview] = collections.deque()
         self.queued_bytes = 0

@@ -30,6 +30,7 @@ def load_handlers() -> None:
     from broker.apis import (  # noqa: F401
         api_versions,
         cluster,
+        config_resources,
         configs,
         consumer_group,
         controller,
@@ -39,6 +40,7 @@ def load_handlers() -> None:
         offsets,
         offsets_lookup,
         produce,
+        telemetry,
         topics,
     )
 

@@ -28,6 +28,7 @@ def api_versions_body(code: ErrorCode = ErrorCode.NONE) -> Any:
 async def handle_api_versions(ctx: Any, request: Any) -> Any:
     response = api_versions_body()
     if ctx.api_version >= 3:
+        ctx.connection.client_software = (request.client_software_name, request.client_software_version)
         metadata = ctx.broker.metadata
         response.supported_features = [
             R.SupportedFeatureKey(name=name, min_version=lo, max_version=hi)

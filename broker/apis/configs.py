@@ -21,10 +21,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker import features
+from broker.apis.config_resources import (
+    alter_client_metrics,
+    client_metrics_list_type,
+    current_client_metrics,
+    describe_client_metrics,
+)
 from broker.apis.registry import api
 from broker.config import PROPS, BrokerConfig
 from broker.log.config import BROKER_SYNONYMS, TOPIC_CONFIGS
-from broker.metadata import MIN_INSYNC_REPLICAS, RESOURCE_BROKER, RESOURCE_TOPIC, validate_topic_name
+from broker.metadata import (
+    MIN_INSYNC_REPLICAS,
+    RESOURCE_BROKER,
+    RESOURCE_CLIENT_METRICS,
+    RESOURCE_TOPIC,
+    validate_topic_name,
+)
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages import (
     AlterConfigsResponse,
@@ -340,6 +352,8 @@ def _describe_resource(broker: Any, resource: Any, synonyms: bool, docs: bool) -
         if name:
             _broker_id(name, broker.node_id, "Broker id")
         return D.DescribeConfigsResult(configs=describe_broker(broker.config, bool(name), keys, synonyms, docs))
+    if rtype == RESOURCE_CLIENT_METRICS:
+        return describe_client_metrics(broker, name, keys)
     raise KafkaError(ErrorCode.INVALID_REQUEST, "Unsupported resource type: %s" % _type_name(rtype))
 
 
@@ -510,6 +524,8 @@ def _current_configs(broker: Any, rtype: int, name: str) -> dict[str, str]:
     if rtype == RESOURCE_TOPIC:
         info = broker.metadata.topic(name)
         return dict(info.configs) if info is not None else {}
+    if rtype == RESOURCE_CLIENT_METRICS:
+        return current_client_metrics(broker, name)
     return dict(broker.metadata.image.broker_configs.get(name, {}))
 
 
@@ -522,13 +538,15 @@ def _alter_resource(broker: Any, resource: Any, validate_only: bool, incremental
     if rtype == RESOURCE_BROKER:
         if name:
             _broker_id(name, broker.node_id, "Node id")
-    elif rtype != RESOURCE_TOPIC:
+    elif rtype not in (RESOURCE_TOPIC, RESOURCE_CLIENT_METRICS):
         raise KafkaError(ErrorCode.INVALID_REQUEST, "Unknown resource type %d" % rtype)
     current = _current_configs(broker, rtype, name)
     if incremental:
         ops = [(c.name, c.config_operation, c.value) for c in resource.configs]
         if rtype == RESOURCE_TOPIC:
             changes = apply_incremental(current, ops, _topic_list_type, _topic_default, broker=False)
+        elif rtype == RESOURCE_CLIENT_METRICS:
+            changes = apply_incremental(current, ops, client_metrics_list_type, lambda n: None, broker=False)
         else:
             changes = apply_incremental(current, ops, _broker_list_type, STATIC_DEFAULTS.get, broker=True)
     else:
@@ -538,6 +556,8 @@ def _alter_resource(broker: Any, resource: Any, validate_only: bool, incremental
     new_configs = {k: v for k, v in {**current, **changes}.items() if v is not None}
     if rtype == RESOURCE_TOPIC:
         _alter_topic(broker, name, new_configs, changes, validate_only)
+    elif rtype == RESOURCE_CLIENT_METRICS:
+        alter_client_metrics(broker, name, new_configs, changes, validate_only)
     else:
         _alter_broker(broker, name, new_configs, changes, validate_only)
 

@@ -169,3 +169,58 @@ def test_kafka_python_moves_a_partition_between_log_dirs(tmp_path_factory: pytes
         admin.close()
     finally:
         assert proc.stop() == 0
+
+
+# -- config resources and client telemetry (KIP-714) -----------------------------------------------
+
+
+def test_kafka_python_client_metrics_resources(admin: KafkaAdminClient) -> None:
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    name = unique("sub")
+    resource = ConfigResource(ConfigResourceType.CLIENT_METRICS, name,
+                              {"metrics": "org.apache.kafka.producer.", "interval.ms": "60000"})
+    admin.alter_configs([resource], raise_on_unknown=False)
+    described = admin.describe_configs([ConfigResource(ConfigResourceType.CLIENT_METRICS, name)])
+    text = str(described)
+    assert "org.apache.kafka.producer." in text and "60000" in text
+    listed = admin.list_config_resources()
+    assert name in listed["client_metrics"] and listed["broker"] == ["1"] and listed["broker_logger"] == ["1"]
+    assert admin.list_config_resources(["CLIENT_METRICS"]) == {"client_metrics": listed["client_metrics"]}
+
+
+def test_confluent_kafka_pushes_its_metrics(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """librdkafka asks for its subscription on connect and pushes OTLP metrics at the interval;
+    they come out of /metrics with its client id."""
+    import urllib.request
+
+    from tests.harness import free_port
+
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    port = free_port()
+    proc = BrokerProcess(tmp_path_factory.mktemp("telemetry") / "data", overrides={"metrics.port": str(port)}).start()
+    try:
+        # the subscription is made with kafka-python: confluent-kafka's AdminClient has no CLIENT_METRICS type
+        admin = KafkaAdminClient(bootstrap_servers=proc.bootstrap, request_timeout_ms=TIMEOUT * 1000)
+        admin.alter_configs([ConfigResource(ConfigResourceType.CLIENT_METRICS, "everything",
+                                            {"metrics": "*", "interval.ms": "200"})], raise_on_unknown=False)
+        admin.close()
+        producer = confluent_kafka.Producer({"bootstrap.servers": proc.bootstrap, "client.id": "telemetry-app"})
+        topic = unique("pushed")
+        producer.produce(topic, b"x")
+        producer.flush(TIMEOUT)
+
+        def pushed() -> str | None:
+            producer.poll(0.05)
+            text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5).read().decode()
+            lines = [x for x in text.splitlines() if x.startswith("org_apache_kafka_producer_")
+                     and 'client_id="telemetry-app"' in x]
+            return lines[0] if lines else None
+
+        line = wait_for(pushed, TIMEOUT, what="the producer's pushed metrics on /metrics")
+        assert 'client_software_name="confluent-kafka-python"' in line and 'client_instance_id="' in line
+        producer.flush(TIMEOUT)
+    finally:
+        assert proc.stop() == 0
