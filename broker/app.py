@@ -17,6 +17,12 @@ from broker.config import BrokerConfig, read_properties
 from broker.coordinator.group import GroupCoordinator, create_group_coordinator
 from broker.coordinator.log_writer import LogPartitionWriter, internal_topic_log_config
 from broker.coordinator.timer import AsyncioClock
+from broker.coordinator.txn import (
+    TRANSACTION_STATE_TOPIC,
+    TransactionCoordinator,
+    create_transaction_coordinator,
+)
+from broker.coordinator.txn.config import CONFIG_KEYS as TXN_CONFIG_KEYS
 from broker.log import AppendOrigin, Log, LogCleaner, LogConfig, LogManager
 from broker.log.reader import iter_records
 from broker.log_dirs import LogDirMover
@@ -27,6 +33,7 @@ from broker.quorum import start_new_epoch
 from broker.security.listeners import build_listeners
 from broker.server import KafkaServer
 from broker.telemetry import ClientTelemetry
+from broker.txn_markers import PartitionMarkerWriter
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import build_batch
 
@@ -113,6 +120,7 @@ class Broker:
         self.logs = LogManager(config.log_dirs, self.default_log_config, topic_config=self._topic_log_config)
         self.metadata: MetadataStore = None  # type: ignore[assignment]  # set in start()
         self.group_coordinator: GroupCoordinator = None  # type: ignore[assignment]  # set in start()
+        self.txn_coordinator: TransactionCoordinator = None  # type: ignore[assignment]  # set in start()
         self.partitions = PartitionManager(self.logs)
         self.log_dir_mover = LogDirMover(self.logs, self.partitions)
         self.cleaner = LogCleaner()
@@ -145,6 +153,7 @@ class Broker:
         for info in list(self.metadata.topics.values()):
             self._ensure_partitions(info)
         await self._start_group_coordinator()
+        await self._start_transaction_coordinator()
         for listener in self.listeners:
             port = await self.server.listen(listener.host, listener.port, listener)
             self.ports.append(port)
@@ -164,31 +173,53 @@ class Broker:
         """The coordinator's logs are `__consumer_offsets-N` (compacted). As in Kafka, the topic
         itself appears in the metadata only once a group first needs a coordinator
         (`ensure_offsets_topic`), so a fresh broker lists no topics."""
-        num_partitions = int(self.config["offsets.topic.num.partitions"])
-        info = self.metadata.topic(OFFSETS_TOPIC)
-        if info is not None:
-            num_partitions = info.partitions
+        values = {key: self.config[key] for key in GROUP_CONFIG_KEYS}
+        values["offsets.topic.num.partitions"] = self._internal_partitions(OFFSETS_TOPIC, "offsets.topic.num.partitions")
+        self.group_coordinator = create_group_coordinator(
+            self._internal_writer(OFFSETS_TOPIC, self._offsets_log_config), values, AsyncioClock(),
+            metadata=self.metadata,
+        )
+        await self.group_coordinator.start()
+
+    def _transaction_log_config(self) -> LogConfig:
+        config = internal_topic_log_config(self.default_log_config,
+                                           int(self.config["transaction.state.log.segment.bytes"]))
+        return config.with_overrides({"compression.type": "uncompressed"})
+
+    async def _start_transaction_coordinator(self) -> None:
+        """The coordinator's logs are `__transaction_state-N` (compacted), registered in the
+        metadata at the first FindCoordinator for a transactional id, as Kafka does."""
+        values: dict[str, Any] = {key: self.config[key] for key in TXN_CONFIG_KEYS}
+        values["transaction.state.log.num.partitions"] = self._internal_partitions(
+            TRANSACTION_STATE_TOPIC, "transaction.state.log.num.partitions")
+        self.txn_coordinator = create_transaction_coordinator(
+            self._internal_writer(TRANSACTION_STATE_TOPIC, self._transaction_log_config), values, AsyncioClock(),
+            PartitionMarkerWriter(self.partitions.get), self.metadata.allocate_producer_id,
+        )
+        await self.txn_coordinator.start()
+
+    def _internal_partitions(self, topic: str, config_key: str) -> int:
+        info = self.metadata.topic(topic)
+        return info.partitions if info is not None else int(self.config[config_key])
+
+    def _internal_writer(self, topic: str, log_config: Callable[[], LogConfig]) -> LogPartitionWriter:
+        """A coordinator's PartitionWriter over the logs `<topic>-N` (created on first write)."""
 
         def log_for(index: int) -> Log:
-            partition = self.partitions.get(OFFSETS_TOPIC, index)
+            partition = self.partitions.get(topic, index)
             if partition is not None:
                 return partition.log
-            return self.logs.get_or_create_log(OFFSETS_TOPIC, index, self._offsets_log_config())
+            return self.logs.get_or_create_log(topic, index, log_config())
 
         def on_append(index: int) -> None:
-            partition = self.partitions.get(OFFSETS_TOPIC, index)
+            partition = self.partitions.get(topic, index)
             if partition is not None:
                 partition.notify()
 
         def existing_log(index: int) -> Log | None:
-            return self.logs.get_log(OFFSETS_TOPIC, index)
+            return self.logs.get_log(topic, index)
 
-        values = {key: self.config[key] for key in GROUP_CONFIG_KEYS}
-        values["offsets.topic.num.partitions"] = num_partitions
-        self.group_coordinator = create_group_coordinator(
-            LogPartitionWriter(log_for, on_append, existing_log), values, AsyncioClock(), metadata=self.metadata
-        )
-        await self.group_coordinator.start()
+        return LogPartitionWriter(log_for, on_append, existing_log)
 
     async def ensure_offsets_topic(self) -> None:
         """Register `__consumer_offsets` in the metadata (Kafka creates it at the first
@@ -201,6 +232,19 @@ class Broker:
             "segment.bytes": str(self.config["offsets.topic.segment.bytes"]),
         }
         await self.create_topic(OFFSETS_TOPIC, int(self.config["offsets.topic.num.partitions"]), configs)
+
+    async def ensure_transaction_state_topic(self) -> None:
+        """Register `__transaction_state` in the metadata (Kafka creates it at the first
+        FindCoordinator for a transactional id); its logs already exist."""
+        if self.metadata.topic(TRANSACTION_STATE_TOPIC) is not None:
+            return
+        configs = {
+            "cleanup.policy": "compact",
+            "compression.type": "uncompressed",
+            "segment.bytes": str(self.config["transaction.state.log.segment.bytes"]),
+        }
+        await self.create_topic(TRANSACTION_STATE_TOPIC, int(self.config["transaction.state.log.num.partitions"]),
+                                configs)
 
     def _start_background(self) -> None:
         loop = asyncio.get_running_loop()
@@ -271,6 +315,8 @@ class Broker:
         self._stopping = True
         if not clean:
             self.server.abort()
+        if self.txn_coordinator is not None:
+            await self.txn_coordinator.stop()  # transactions being completed finish at the next start
         if self.group_coordinator is not None:
             await self.group_coordinator.stop()  # parked JoinGroup/SyncGroup answered NOT_COORDINATOR
         self.partitions.wake_all()  # long-polling fetches answer now with what they have
@@ -294,6 +340,8 @@ class Broker:
     def _topic_log_config(self, topic: str) -> LogConfig | None:
         if topic == OFFSETS_TOPIC and (self.metadata is None or self.metadata.topic(topic) is None):
             return self._offsets_log_config()  # compacted even before the topic is registered
+        if topic == TRANSACTION_STATE_TOPIC and (self.metadata is None or self.metadata.topic(topic) is None):
+            return self._transaction_log_config()
         if self.metadata is None:
             return None
         info = self.metadata.topic(topic)

@@ -157,8 +157,13 @@ _PROPS: list[Prop] = [
     Prop("group.consumer.migration.policy", "string", "bidirectional",
          "Online conversion between classic and consumer groups: bidirectional, upgrade, downgrade, disabled."),
     Prop("transaction.state.log.num.partitions", "int", 50, "Partitions of __transaction_state."),
+    Prop("transaction.state.log.segment.bytes", "int", 104857600, "Segment size of __transaction_state."),
     Prop("transactional.id.expiration.ms", "int", 604800000, "Expiry of idle transactional ids."),
     Prop("transaction.max.timeout.ms", "int", 900000, "Largest transaction timeout."),
+    Prop("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000,
+         "How often transactions older than their timeout are aborted."),
+    Prop("transaction.remove.expired.transaction.cleanup.interval.ms", "int", 3600000,
+         "How often expired transactional ids are removed."),
     Prop("producer.id.expiration.ms", "int", 86400000, "Expiry of idle idempotent producer state."),
     Prop("telemetry.max.bytes", "int", 1048576, "Largest metrics payload a client may push (KIP-714)."),
     # operations

@@ -4,25 +4,38 @@ Appends run on the event loop thread without awaiting between the producer-state
 write, so each partition has exactly one writer at a time; the data reaches the OS before the
 produce is acknowledged (it survives the death of the process), and when the flush policy asks
 for an fsync, concurrent appenders share one (GroupCommit). Single node: the high watermark is
-the log end offset once the write returns, and the last stable offset equals it (there are no
-transactions yet).
+the log end offset once the write returns.
+
+Transactions: the producer state tracks the transactions open here; `last_stable_offset` (LSO)
+is the first offset of the oldest one, the high watermark when none is open. read_committed reads
+stop at the LSO. The transaction coordinator closes a transaction with `write_marker` (a COMMIT
+or ABORT control batch); an aborted one is recorded in the segment's aborted-transaction index,
+which read_committed fetches return with their data (`aborted_transactions`).
+
+A transactional batch that would open a transaction here must have been verified with the
+transaction coordinator first (KIP-890): `start_verification` hands out a guard, the produce path
+asks the coordinator, and the append succeeds only if no marker came in between.
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from broker.log import AppendResult, FetchDataInfo, Log, LogConfig, LogManager
+from broker.log import AppendOrigin, AppendResult, FetchDataInfo, Log, LogConfig, LogManager
 from broker.log.group_commit import GroupCommit
+from broker.log.txn_index import AbortedTxn
 from broker.producer_state import ProducerStateManager
 from protocol.errors import ErrorCode, KafkaError, ProtocolError
 from protocol.records import (
     BatchHeader,
+    ControlRecordType,
+    build_control_batch,
+    decode_batch,
     iter_batches,
+    parse_control_record,
     validate_batch,
 )
 
@@ -52,6 +65,7 @@ class Partition:
             log.epoch_cache.assign(log.leader_epoch, log.log_start_offset)
         self.group_commit = GroupCommit(log.flush, log.recovery_point)
         self._waiters: set[asyncio.Future[None]] = set()
+        self._verifications: dict[int, object] = {}  # producer id -> guard of a verification in flight
 
     def __repr__(self) -> str:
         return "Partition(%s-%d)" % (self.topic, self.index)
@@ -66,15 +80,21 @@ class Partition:
 
     @property
     def last_stable_offset(self) -> int:
-        return self.high_watermark
+        """The LSO: read_committed consumers read below it. The first offset of the oldest
+        transaction still open here, else the high watermark."""
+        first = self.producers.first_unstable_offset()
+        hw = self.log.log_end_offset
+        return hw if first is None or first > hw else first
 
     @property
     def log_start_offset(self) -> int:
         return self.log.log_start_offset
 
     # writes ------------------------------------------------------------------------------------
-    def append_records(self, records: Any) -> ProduceResult:
-        """Validate producer state, append, update state and wake fetchers (synchronous)."""
+    def append_records(self, records: Any, verification: object | None = None) -> ProduceResult:
+        """Validate producer state, append, update state and wake fetchers (synchronous).
+        `verification`: the guard of the verification of a transactional batch that opens a
+        transaction here (start_verification)."""
         try:
             batches = list(iter_batches(records, strict=True))
             headers = [h for _, h in batches]
@@ -88,21 +108,68 @@ class Partition:
             duplicate = self.producers.check(header)
             if duplicate is not None:
                 return ProduceResult(duplicate.first_offset, -1, self.log.log_start_offset)
+            if header.is_transactional and not header.is_control and self.needs_verification(header) and (
+                    verification is None or self._verifications.get(header.producer_id) is not verification):
+                raise KafkaError(ErrorCode.INVALID_TXN_STATE, "Record was not part of an ongoing transaction")
         result: AppendResult = self.log.append(records)
         offset = result.first_offset
         for header in headers:
             if header.producer_id >= 0:
                 self.producers.update(header._replace(base_offset=offset))
+                if header.is_transactional:
+                    self._verifications.pop(header.producer_id, None)
             offset += header.last_offset_delta + 1
         self.notify()
         return ProduceResult(result.first_offset, result.log_append_time, result.log_start_offset)
 
-    async def append(self, records: Any) -> ProduceResult:
+    async def append(self, records: Any, verification: object | None = None) -> ProduceResult:
         """Append and return once the write is durable under the flush policy."""
-        result = self.append_records(records)
+        result = self.append_records(records, verification)
         if self.log.needs_flush():
             await self.group_commit.commit(self.log.log_end_offset)
         return result
+
+    # transactions ------------------------------------------------------------------------------
+    def needs_verification(self, header: BatchHeader) -> bool:
+        """A transactional batch of a producer without a transaction open here (with its epoch)."""
+        return not self.producers.in_transaction(header.producer_id, header.producer_epoch)
+
+    def start_verification(self, producer_id: int) -> object:
+        """A guard for the verification of a transaction about to open here; a marker for the
+        producer written before the append invalidates it (Kafka's VerificationGuard)."""
+        guard = self._verifications.get(producer_id)
+        if guard is None:  # requests in flight together share one (Kafka's VerificationStateEntry)
+            guard = self._verifications[producer_id] = object()
+        return guard
+
+    def append_marker(self, producer_id: int, epoch: int, committed: bool, coordinator_epoch: int = 0,
+                      transaction_version: int = 0) -> AppendResult:
+        """Close the producer's transaction here with a COMMIT or ABORT marker (synchronous)."""
+        self.producers.check_marker(producer_id, epoch, coordinator_epoch, transaction_version)
+        kind = ControlRecordType.COMMIT if committed else ControlRecordType.ABORT
+        batch = build_control_batch(kind, producer_id, epoch, coordinator_epoch, timestamp=self.log.time())
+        result = self.log.append(batch, origin=AppendOrigin.COORDINATOR)
+        self._verifications.pop(producer_id, None)
+        completed = self.producers.apply_marker(producer_id, epoch, coordinator_epoch, result.first_offset,
+                                                result.max_timestamp, aborted=not committed)
+        if completed is not None and completed.aborted:
+            lso = self.producers.last_stable_offset(completed)
+            self.log.update_txn_index(result.segment_base_offset, AbortedTxn(
+                producer_id, completed.first_offset, completed.last_offset, lso))
+        self.notify()
+        return result
+
+    async def write_marker(self, producer_id: int, epoch: int, committed: bool, coordinator_epoch: int = 0,
+                           transaction_version: int = 0) -> AppendResult:
+        """`append_marker`, returning once the marker is durable under the flush policy."""
+        result = self.append_marker(producer_id, epoch, committed, coordinator_epoch, transaction_version)
+        if self.log.needs_flush():
+            await self.group_commit.commit(self.log.log_end_offset)
+        return result
+
+    def aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """The aborted transactions a read_committed fetch of [fetch_offset, upper_bound) returns."""
+        return self.log.collect_aborted_txns(fetch_offset, upper_bound)
 
     # reads -------------------------------------------------------------------------------------
     def fetch_bound(self, isolation_level: int) -> int:
@@ -126,14 +193,47 @@ class Partition:
 
     # startup -----------------------------------------------------------------------------------
     def rebuild_producer_state(self) -> None:
-        self.producers.rebuild(scan_batch_headers(self.log))
+        """Replay the log's batches into the producer state; the aborted-transaction indexes of
+        segments recovered after a crash are rebuilt on the way."""
+        producers = self.producers
+        producers.clear()
+        recovered_from = self.log.recovered_from
+        for segment in self.log.segments:
+            rebuild_index = recovered_from is not None and segment.base_offset >= recovered_from
+            if rebuild_index:
+                segment.txn_index.reset()
+            for pos, header in segment.iter_batches_from(0):
+                if header.producer_id < 0:
+                    continue
+                if not header.is_control:
+                    producers.update(header)
+                    continue
+                marker = _marker(segment.read_batch_bytes(pos, header.size))
+                if marker is None:
+                    continue
+                committed, coordinator_epoch = marker
+                completed = producers.apply_marker(header.producer_id, header.producer_epoch, coordinator_epoch,
+                                                   header.base_offset, header.max_timestamp, not committed)
+                if rebuild_index and completed is not None and completed.aborted:
+                    segment.txn_index.append(AbortedTxn(header.producer_id, completed.first_offset,
+                                                        completed.last_offset, producers.last_stable_offset(completed)))
+        self.log.recovered_from = None
 
 
-def scan_batch_headers(log: Log) -> Iterator[BatchHeader]:
-    """Every batch header of the log (headers only: no per-record work, no CRC)."""
-    for segment in log.segments:
-        for _, header in segment.iter_batches_from(0):
-            yield header
+def _marker(batch: bytes) -> tuple[bool, int] | None:
+    """(committed, coordinator epoch) of a transaction marker batch; None for another control
+    batch (or an empty one, left by the cleaner)."""
+    try:
+        _, records = decode_batch(batch, verify_crc=False)
+        if not records:
+            return None
+        kind, coordinator_epoch = parse_control_record(records[0])
+    except ProtocolError:
+        return None
+    if kind not in (ControlRecordType.COMMIT, ControlRecordType.ABORT):
+        return None
+    return kind is ControlRecordType.COMMIT, coordinator_epoch
+
 
 
 class PartitionManager:

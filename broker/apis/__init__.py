@@ -42,6 +42,7 @@ def load_handlers() -> None:
         produce,
         telemetry,
         topics,
+        txn,
     )
 
 

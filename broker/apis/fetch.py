@@ -104,6 +104,11 @@ def _read_all(targets: list[_Target], request: Any, isolation: int) -> tuple[lis
         entry.last_stable_offset = partition.last_stable_offset
         entry.log_start_offset = partition.log_start_offset
         size = len(info.records)
+        if size and isolation == READ_COMMITTED:
+            upper = info.next_offset if info.next_offset >= 0 else entry.last_stable_offset
+            entry.aborted_transactions = [
+                R.AbortedTransaction(producer_id=t.producer_id, first_offset=t.first_offset)
+                for t in partition.aborted_transactions(p.fetch_offset, upper)]
         if size:
             # the FileSlice itself: the codec passes it through and the server sends it from the
             # page cache (sendfile) or reads it, once the response is written

@@ -52,7 +52,7 @@ def _find(ctx: Any, key_type: int, key: str) -> ErrorCode:
     if key_type == KEY_TYPE_GROUP:
         return E.NONE if getattr(ctx.broker, "group_coordinator", None) is not None else E.COORDINATOR_NOT_AVAILABLE
     if key_type == KEY_TYPE_TRANSACTION:
-        return E.NONE
+        return E.NONE if getattr(ctx.broker, "txn_coordinator", None) is not None else E.COORDINATOR_NOT_AVAILABLE
     if key_type == KEY_TYPE_SHARE:
         return E.NONE if ctx.api_version >= 6 and _SHARE_KEY.match(key) else E.INVALID_REQUEST
     return E.INVALID_REQUEST
@@ -60,8 +60,10 @@ def _find(ctx: Any, key_type: int, key: str) -> ErrorCode:
 
 @api(10)
 async def handle_find_coordinator(ctx: Any, request: Any) -> Any:
-    if request.key_type == 0:
+    if request.key_type == KEY_TYPE_GROUP:
         await ctx.broker.ensure_offsets_topic()
+    elif request.key_type == KEY_TYPE_TRANSACTION:
+        await ctx.broker.ensure_transaction_state_topic()
     host, port = ctx.broker.advertised(listener_of(ctx))
     node = ctx.broker.node_id
     R = M.FindCoordinatorResponse

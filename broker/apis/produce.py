@@ -1,4 +1,5 @@
-"""Produce (key 0) and InitProducerId (key 22) for idempotent producers."""
+"""Produce (key 0). Transactional batches are verified with the transaction coordinator before they
+open a transaction in a partition (broker/apis/txn.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,18 @@ from typing import Any
 import structlog
 
 from broker.apis.registry import api
+from broker.apis.txn import verify_transactional_produce
 from protocol.compression import ZSTD
 from protocol.errors import ErrorCode, KafkaError, ProtocolError
-from protocol.messages import InitProducerIdResponse, ProduceResponse
-from protocol.records import MAGIC_OFFSET, iter_batches
+from protocol.messages import ProduceResponse
+from protocol.records import (
+    ATTRIBUTES_OFFSET,
+    CONTROL_FLAG_MASK,
+    MAGIC_OFFSET,
+    TRANSACTIONAL_FLAG_MASK,
+    iter_batches,
+    parse_batch_header,
+)
 
 R = ProduceResponse
 log = structlog.get_logger("broker.produce")
@@ -47,9 +56,20 @@ def check_produce_records(version: int, records: Any) -> KafkaError | None:
     return None
 
 
-async def _produce_partition(broker: Any, partition: Any, index: int, records: Any) -> Any:
+def _is_transactional(records: Any) -> bool:
+    """Whether the (first) batch is transactional data: the attributes' transactional bit (control
+    batches, which clients may not write, are left to the log's checks)."""
+    return records is not None and len(records) > ATTRIBUTES_OFFSET + 1 and (
+        records[ATTRIBUTES_OFFSET + 1] & (TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK)) == TRANSACTIONAL_FLAG_MASK
+
+
+async def _produce_partition(ctx: Any, partition: Any, index: int, records: Any, transactional_id: str | None) -> Any:
+    broker = ctx.broker
     try:
-        result = await partition.append(records)
+        guard = None
+        if _is_transactional(records):
+            guard = await verify_transactional_produce(ctx, partition, parse_batch_header(records), transactional_id)
+        result = await partition.append(records, guard)
     except KafkaError as exc:
         return _partition_error(index, exc.code, exc.message)
     except OSError as exc:  # the disk failed the write or the fsync
@@ -66,8 +86,10 @@ async def _produce_partition(broker: Any, partition: Any, index: int, records: A
 async def handle_produce(ctx: Any, request: Any) -> Any:
     broker = ctx.broker
     version = ctx.api_version
-    # transactions are not served yet: Kafka answers an unauthorized transactional id for every partition
-    fenced = request.transactional_id is not None
+    # transactional records need the transactional id they are written for (Kafka then checks
+    # its authorization): without one every partition fails
+    fenced = request.transactional_id is None and any(
+        _is_transactional(p.records) for t in request.topic_data for p in t.partition_data)
     responses = []
     pending = []
     for topic in request.topic_data:
@@ -93,7 +115,7 @@ async def handle_produce(ctx: Any, request: Any) -> Any:
             else:
                 # a placeholder keeps the partitions in request order
                 pending.append((out.partition_responses, len(out.partition_responses),
-                                _produce_partition(broker, partition, p.index, p.records)))
+                                _produce_partition(ctx, partition, p.index, p.records, request.transactional_id)))
                 out.partition_responses.append(None)
     if pending:
         if len(pending) == 1:
@@ -108,14 +130,3 @@ async def handle_produce(ctx: Any, request: Any) -> Any:
             ctx.connection.close()
         return None
     return R(responses=responses, throttle_time_ms=0)
-
-
-@api(22)
-async def handle_init_producer_id(ctx: Any, request: Any) -> Any:
-    if request.transactional_id is not None:
-        # transactional producers need the transaction coordinator, which is not served yet
-        return InitProducerIdResponse(
-            error_code=int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED), producer_id=-1, producer_epoch=-1
-        )
-    producer_id = ctx.broker.metadata.allocate_producer_id()
-    return InitProducerIdResponse(error_code=0, producer_id=producer_id, producer_epoch=0)

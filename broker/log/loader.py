@@ -106,11 +106,13 @@ def load_log(
     segments = _open_segments(directory, config, time())
     epoch_cache = LeaderEpochCache.load(directory)
 
+    recovered_from: int | None = None  # base offset of the first segment recovered
     if not had_clean_shutdown:
-        _recover_unflushed(directory, segments, recovery_point, epoch_cache, stats)
+        recovered_from = _recover_unflushed(directory, segments, recovery_point, epoch_cache, stats)
     elif segments and not segments[-1].load_indexes(rebuild=False):
         stats.recovered_segments += 1
         stats.truncated_bytes += segments[-1].recover(on_batch=_epoch_collector(epoch_cache))
+        recovered_from = segments[-1].base_offset
 
     if segments:
         log_end = segments[-1].next_offset
@@ -141,6 +143,8 @@ def load_log(
         epoch_cache=epoch_cache,
         time=time,
     )
+    # the aborted-transaction indexes of recovered segments are rebuilt with the producer state
+    log.recovered_from = recovered_from
     stats.segments = len(segments)
     stats.seconds = _time.perf_counter() - started
     return log, stats
@@ -161,8 +165,9 @@ def _recover_unflushed(
     recovery_point: int,
     epoch_cache: LeaderEpochCache,
     stats: LoadStats,
-) -> None:
-    """Scan the segments at or after the recovery point; truncate at the first damage."""
+) -> int | None:
+    """Scan the segments at or after the recovery point; truncate at the first damage. Returns the
+    base offset of the first segment scanned."""
     first = 0
     for i, seg in enumerate(segments):
         if seg.base_offset <= recovery_point:
@@ -187,6 +192,7 @@ def _recover_unflushed(
         fsync_dir(directory)
     if epoch_cache.entries:
         epoch_cache.write()
+    return segments[first].base_offset if first < len(segments) else None
 
 
 def _segment(directory: str, base: int, config: LogConfig, now_ms: int, create: bool = False) -> LogSegment:

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from broker.log.checkpoint import fsync_dir
 from broker.log.config import LONG_MAX, LogConfig
 from broker.log.leader_epoch import LeaderEpochCache
-from broker.log.segment import DELETED_SUFFIX, EMPTY_SLICE, FileSlice, LogSegment, segment_paths
+from broker.log.segment import DELETED_SUFFIX, EMPTY_SLICE, FileSlice, LogSegment, all_segment_paths
+from broker.log.txn_index import AbortedTxn
 from broker.log.validation import AppendOrigin, check_batch_size, check_record_set_size, validate_records
 from protocol.errors import ErrorCode, KafkaError, ProtocolError
 from protocol.records import (
@@ -76,6 +77,7 @@ class FetchDataInfo:
     fetch_offset: int
     log_start_offset: int
     log_end_offset: int
+    next_offset: int = -1  # the offset after the batches read (-1: none read, or not known)
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,9 @@ class Log:
         self._roll_flush_offset: int | None = None
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self.cleaner_checkpoint: int | None = None  # first dirty offset (cleaner-offset-checkpoint)
+        # set by the loader: the segments from this base offset on were recovered after a crash,
+        # and their aborted-transaction indexes are rebuilt with the producer state
+        self.recovered_from: int | None = None
         self.generation = 0  # bumped whenever the segment list changes
         self.closed = False
         self._roll_jitter_ms = self._new_jitter()
@@ -356,7 +361,7 @@ class Log:
             active.delete_files()
         else:
             active.on_become_inactive()
-        for path in segment_paths(self.dir, new_base):
+        for path in all_segment_paths(self.dir, new_base):
             # A leftover from a crash between roll steps (an empty segment never loaded).
             if os.path.exists(path):
                 os.unlink(path)
@@ -404,9 +409,32 @@ class Log:
             pos, header = found
             if header.last_offset >= bound or (not min_one_message and header.size > max_bytes):
                 return empty
-            stop = seg.slice_end(pos, header, max_bytes, bound, size)
-            return FetchDataInfo(seg.slice(pos, stop - pos), offset, start, end)
+            stop, next_offset = seg.slice_end(pos, header, max_bytes, bound, size)
+            return FetchDataInfo(seg.slice(pos, stop - pos), offset, start, end, next_offset)
         return empty
+
+    # -- aborted transactions ------------------------------------------------------------------------
+
+    def update_txn_index(self, segment_base_offset: int, txn: AbortedTxn) -> None:
+        """Record an aborted transaction in the index of the segment holding its ABORT marker."""
+        with self._lock:
+            i = bisect.bisect_right(self._bases, segment_base_offset) - 1
+            segment = self._segments[max(i, 0)]
+        segment.txn_index.append(txn)
+
+    def collect_aborted_txns(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [fetch_offset, upper_bound), from the segment holding
+        `fetch_offset` onwards (Kafka's collectAbortedTransactions)."""
+        with self._lock:
+            segments = tuple(self._segments)
+            bases = tuple(self._bases)
+        out: list[AbortedTxn] = []
+        for seg in segments[max(0, bisect.bisect_right(bases, fetch_offset) - 1):]:
+            found, complete = seg.txn_index.collect(fetch_offset, upper_bound)
+            out += found
+            if complete:
+                break
+        return out
 
     def read_bytes(self, offset: int, max_bytes: int, upper_bound: int | None = None) -> bytes:
         """`read` materialised (the path when sendfile is not possible)."""
@@ -654,7 +682,7 @@ class Log:
     def _truncate_fully(self, offset: int) -> None:
         doomed = list(self._segments)
         self._schedule_delete(doomed)
-        for path in segment_paths(self.dir, offset):
+        for path in all_segment_paths(self.dir, offset):
             if os.path.exists(path):
                 os.unlink(path)
         seg = self._new_segment(offset)

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from broker.log.index import CorruptIndexError, OffsetIndex, TimeIndex
+from broker.log.txn_index import TransactionIndex
 from protocol.errors import ErrorCode, KafkaError, ProtocolError
 from protocol.records import (
     LOG_OVERHEAD,
@@ -49,6 +50,15 @@ def filename_prefix(offset: int) -> str:
 def segment_paths(directory: str, base_offset: int, suffix: str = "") -> tuple[str, str, str]:
     prefix = os.path.join(directory, filename_prefix(base_offset))
     return prefix + LOG_SUFFIX + suffix, prefix + INDEX_SUFFIX + suffix, prefix + TIME_INDEX_SUFFIX + suffix
+
+
+def txn_index_path(directory: str, base_offset: int, suffix: str = "") -> str:
+    return os.path.join(directory, filename_prefix(base_offset)) + TXN_INDEX_SUFFIX + suffix
+
+
+def all_segment_paths(directory: str, base_offset: int, suffix: str = "") -> tuple[str, ...]:
+    """The log, its indexes and its aborted-transaction index."""
+    return (*segment_paths(directory, base_offset, suffix), txn_index_path(directory, base_offset, suffix))
 
 
 @dataclass(frozen=True)
@@ -143,6 +153,7 @@ class LogSegment:
         self.index_interval_bytes = index_interval_bytes
         self.offset_index = OffsetIndex(index_path, base_offset, max_index_bytes)
         self.time_index = TimeIndex(time_index_path, base_offset, max_index_bytes)
+        self.txn_index = TransactionIndex(txn_index_path(directory, base_offset, suffix), base_offset)
         self.created_ms = now_ms
         self._loaded = False
         self._load_lock = threading.Lock()  # the cleaner thread and the event loop may both load
@@ -399,6 +410,7 @@ class LogSegment:
         self.size = position
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
         # Recompute the in-memory facts from what is left.
         self._reset_facts()
         self._loaded = False
@@ -412,6 +424,7 @@ class LogSegment:
     def flush_indexes(self) -> None:
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def close(self) -> None:
         """Clean close: final time index entry, handles released (the file object closes when unreferenced)."""
@@ -447,23 +460,29 @@ class LogSegment:
         found = self.find_batch(offset)
         return None if found is None else found[0]
 
-    def slice_end(self, start: int, first: BatchHeader, max_bytes: int, upper_bound: int, size: int) -> int:
+    def slice_end(self, start: int, first: BatchHeader, max_bytes: int, upper_bound: int,
+                  size: int) -> tuple[int, int]:
         """End position of the run of whole batches from `start` that fits `max_bytes` (at least the
-        first batch, assumed below the bound) and holds no offset at or beyond `upper_bound`."""
+        first batch, assumed below the bound) and holds no offset at or beyond `upper_bound`, and
+        the offset after that run (the next batch's base offset; -1 when not known)."""
         limit = start + max(max_bytes, first.size)
         end = start + first.size
         if limit >= size and upper_bound >= self._next_offset and size == self.size:
-            return size
+            return size, self._next_offset
         # Jump with the index to the last indexed batch starting before the limit, walk from there.
         idx_offset, idx_pos = self.offset_index.lookup_position(limit)
         walk_from = end
+        next_offset = first.next_offset
         if idx_pos >= end and idx_offset < upper_bound:
             walk_from = end = idx_pos
+            next_offset = -1
         for pos, header in walk_headers(self.fd, walk_from, size):
             if pos + header.size > limit or header.last_offset >= upper_bound:
+                next_offset = header.base_offset
                 break
             end = pos + header.size
-        return end
+            next_offset = header.next_offset
+        return end, next_offset
 
     def slice(self, position: int, length: int) -> FileSlice:
         return FileSlice(self.file, position, length)
@@ -483,6 +502,7 @@ class LogSegment:
         self.log_path = new_log
         self.offset_index.rename(new_index)
         self.time_index.rename(new_time)
+        self.txn_index.rename(txn_index_path(self.directory, self.base_offset, new_suffix))
         self.suffix = new_suffix
 
     def detach_indexes(self) -> None:
@@ -497,6 +517,7 @@ class LogSegment:
                 os.unlink(path)
             except FileNotFoundError:
                 pass
+        self.txn_index.delete()
 
 
 def walk_headers(fd: int, start: int, end: int) -> Iterator[tuple[int, BatchHeader]]:

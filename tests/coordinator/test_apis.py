@@ -40,6 +40,7 @@ class FakeBroker:
 
     def __init__(self, coordinator: Any) -> None:
         self.group_coordinator = coordinator
+        self.txn_coordinator = object()  # FindCoordinator only asks whether there is one
         self.metadata = FakeMetadata()
 
     def advertised(self, listener: str | None = None) -> tuple[str, int]:
@@ -47,6 +48,9 @@ class FakeBroker:
 
     async def ensure_offsets_topic(self) -> None:
         self.offsets_topic_ensured = True
+
+    async def ensure_transaction_state_topic(self) -> None:
+        self.transaction_state_topic_ensured = True
 
 
 @pytest.fixture

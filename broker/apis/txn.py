@@ -1,0 +1,217 @@
+"""Transaction APIs: InitProducerId (22), AddPartitionsToTxn (24), EndTxn (26),
+DescribeTransactions (65), ListTransactions (66), and the verification of transactional produce.
+
+The handlers adapt each version to the transaction coordinator (`broker.txn_coordinator`), as
+Kafka's KafkaApis does: PRODUCER_FENCED is INVALID_PRODUCER_EPOCH for clients older than the
+version that knows it, AddPartitionsToTxn v0-3 is a client's single transaction and v4+ a
+broker's batch (with VerifyOnly), EndTxn v5 is a transactions-v2 client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from broker.apis.registry import api
+from broker.coordinator.txn.state import TV_0, TV_2, TopicPartition
+from protocol import messages as M
+from protocol.errors import ErrorCode, KafkaError
+from protocol.records import BatchHeader
+
+E = ErrorCode
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+# A transactions-v2 produce retries its implicit AddPartitions while the previous transaction
+# completes (Kafka's add.partitions.to.txn.retry.backoff.ms and its bound).
+_ADD_RETRY_BACKOFF_S = 0.02
+_ADD_RETRY_MAX_S = 0.1
+
+
+def coordinator_of(ctx: Any) -> Any:
+    coordinator = getattr(ctx.broker, "txn_coordinator", None)
+    if coordinator is None:
+        raise KafkaError(E.COORDINATOR_NOT_AVAILABLE)
+    return coordinator
+
+
+def _fenced(code: ErrorCode, version: int, knows_fenced_from: int) -> ErrorCode:
+    """Clients before PRODUCER_FENCED was added to an API get INVALID_PRODUCER_EPOCH instead."""
+    return E.INVALID_PRODUCER_EPOCH if code is E.PRODUCER_FENCED and version < knows_fenced_from else code
+
+
+# ----- InitProducerId ----------------------------------------------------------------------
+@api(22)
+async def handle_init_producer_id(ctx: Any, request: Any) -> Any:
+    R = M.InitProducerIdResponse
+    version = ctx.api_version
+    producer_id = request.producer_id if version >= 3 else NO_PRODUCER_ID
+    epoch = request.producer_epoch if version >= 3 else NO_PRODUCER_EPOCH
+    if (producer_id == NO_PRODUCER_ID) != (epoch == NO_PRODUCER_EPOCH):
+        return R(error_code=E.INVALID_REQUEST, producer_id=-1, producer_epoch=-1)
+    if request.transactional_id is None:
+        # an idempotent producer: always a new producer id, epoch 0
+        return R(error_code=E.NONE, producer_id=ctx.broker.metadata.allocate_producer_id(), producer_epoch=0)
+    try:
+        coordinator = coordinator_of(ctx)
+    except KafkaError as exc:
+        return R(error_code=exc.code, producer_id=-1, producer_epoch=-1)
+    expected = None if producer_id == NO_PRODUCER_ID else (producer_id, epoch)
+    result = await coordinator.init_producer_id(request.transactional_id, request.transaction_timeout_ms, expected)
+    return R(error_code=_fenced(result.error, version, 4), producer_id=result.producer_id,
+             producer_epoch=result.producer_epoch)
+
+
+# ----- AddPartitionsToTxn ------------------------------------------------------------------
+def _topic_results(errors: dict[TopicPartition, ErrorCode]) -> list[Any]:
+    R = M.AddPartitionsToTxnResponse
+    by_topic: dict[str, list[Any]] = {}
+    for (topic, partition), code in errors.items():
+        by_topic.setdefault(topic, []).append(
+            R.AddPartitionsToTxnPartitionResult(partition_index=partition, partition_error_code=code))
+    return [R.AddPartitionsToTxnTopicResult(name=t, results_by_partition=ps) for t, ps in by_topic.items()]
+
+
+async def _add_partitions(ctx: Any, transaction: Any, version: int) -> dict[TopicPartition, ErrorCode]:
+    partitions = [(t.name, p) for t in transaction.topics for p in t.partitions]
+    metadata = ctx.broker.metadata
+    unknown = {tp for tp in partitions if (info := metadata.topic(tp[0])) is None or not 0 <= tp[1] < info.partitions}
+    if unknown:
+        # the whole transaction fails: the unknown partitions say why, the others were not attempted
+        return {tp: E.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown else E.OPERATION_NOT_ATTEMPTED for tp in partitions}
+    try:
+        coordinator = coordinator_of(ctx)
+    except KafkaError as exc:
+        return {tp: exc.code for tp in partitions}
+    tid = transaction.transactional_id
+    if version >= 4 and transaction.verify_only:
+        return dict(await coordinator.verify_partitions(tid, transaction.producer_id, transaction.producer_epoch,
+                                                        partitions))
+    # v4+ without VerifyOnly comes from a broker adding the partitions of a transactions-v2 produce
+    tv = TV_2 if version >= 4 else TV_0
+    code = await coordinator.add_partitions(tid, transaction.producer_id, transaction.producer_epoch, partitions, tv)
+    code = _fenced(code, version, 2)
+    return {tp: code for tp in partitions}
+
+
+@api(24)
+async def handle_add_partitions_to_txn(ctx: Any, request: Any) -> Any:
+    R = M.AddPartitionsToTxnResponse
+    version = ctx.api_version
+    if version < 4:
+        transaction = M.AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction(
+            transactional_id=request.v3_and_below_transactional_id, producer_id=request.v3_and_below_producer_id,
+            producer_epoch=request.v3_and_below_producer_epoch, verify_only=False,
+            topics=request.v3_and_below_topics)
+        errors = await _add_partitions(ctx, transaction, version)
+        return R(results_by_topic_v3_and_below=_topic_results(errors))
+    results = await asyncio.gather(*(_add_partitions(ctx, t, version) for t in request.transactions))
+    return R(error_code=E.NONE, results_by_transaction=[
+        R.AddPartitionsToTxnResult(transactional_id=t.transactional_id, topic_results=_topic_results(errors))
+        for t, errors in zip(request.transactions, results)])
+
+
+# ----- EndTxn ------------------------------------------------------------------------------
+@api(26)
+async def handle_end_txn(ctx: Any, request: Any) -> Any:
+    R = M.EndTxnResponse
+    version = ctx.api_version
+    try:
+        coordinator = coordinator_of(ctx)
+    except KafkaError as exc:
+        return R(error_code=exc.code)
+    tv = TV_2 if version >= 5 else TV_0  # EndTxn v5 is sent only by transactions-v2 clients
+    result = await coordinator.end_txn(request.transactional_id, request.producer_id, request.producer_epoch,
+                                       request.committed, tv)
+    return R(error_code=_fenced(result.error, version, 2), producer_id=result.producer_id,
+             producer_epoch=result.producer_epoch)
+
+
+# ----- DescribeTransactions / ListTransactions -------------------------------------------
+@api(65)
+async def handle_describe_transactions(ctx: Any, request: Any) -> Any:
+    R = M.DescribeTransactionsResponse
+    try:
+        coordinator = coordinator_of(ctx)
+    except KafkaError as exc:
+        return R(transaction_states=[R.TransactionState(error_code=exc.code, transactional_id=t)
+                                     for t in request.transactional_ids])
+
+    async def one(tid: str) -> Any:
+        code, meta = await coordinator.describe(tid)
+        if meta is None:
+            return R.TransactionState(error_code=code, transactional_id=tid)
+        return R.TransactionState(
+            error_code=E.NONE, transactional_id=tid, transaction_state=meta.state.kafka_name,
+            transaction_timeout_ms=meta.txn_timeout_ms, transaction_start_time_ms=meta.txn_start_timestamp,
+            producer_id=meta.producer_id, producer_epoch=meta.producer_epoch,
+            topics=[R.TopicData(topic=t, partitions=ps) for t, ps in meta.describe_partitions().items()])
+
+    return R(transaction_states=list(await asyncio.gather(*(one(t) for t in request.transactional_ids))))
+
+
+@api(66)
+async def handle_list_transactions(ctx: Any, request: Any) -> Any:
+    R = M.ListTransactionsResponse
+    version = ctx.api_version
+    try:
+        coordinator = coordinator_of(ctx)
+    except KafkaError as exc:
+        return R(error_code=exc.code)
+    code, txns, unknown = await coordinator.list_transactions(
+        list(request.state_filters), list(request.producer_id_filters),
+        request.duration_filter if version >= 1 else -1,
+        request.transactional_id_pattern if version >= 2 else None)
+    return R(error_code=code, unknown_state_filters=unknown, transaction_states=[
+        R.TransactionState(transactional_id=m.transactional_id, producer_id=m.producer_id,
+                           transaction_state=m.state.kafka_name) for m in txns])
+
+
+# ----- verification of transactional produce (KIP-890) -------------------------------------
+# How a produce reports what the coordinator said about a partition not yet in the transaction.
+_RETRIABLE = frozenset([E.COORDINATOR_LOAD_IN_PROGRESS, E.COORDINATOR_NOT_AVAILABLE, E.NOT_COORDINATOR,
+                        E.NETWORK_EXCEPTION])
+
+
+def _produce_error(code: ErrorCode, produce_version: int) -> KafkaError:
+    if code is E.PRODUCER_FENCED:
+        code = E.INVALID_PRODUCER_EPOCH
+    elif code is E.TRANSACTION_ABORTABLE and produce_version <= 10:
+        code = E.INVALID_TXN_STATE  # clients before KIP-890 do not know TRANSACTION_ABORTABLE
+    if code is E.INVALID_TXN_STATE:
+        return KafkaError(code, "Partition was not added to the transaction")
+    if code in _RETRIABLE or (code is E.CONCURRENT_TRANSACTIONS and produce_version < 12):
+        # NOT_ENOUGH_REPLICAS makes older clients retry the produce without a metadata refresh
+        return KafkaError(E.NOT_ENOUGH_REPLICAS, "Unable to verify the partition has been added to the "
+                          "transaction. Underlying error: %s" % code.name)
+    return KafkaError(code)
+
+
+async def verify_transactional_produce(ctx: Any, partition: Any, header: BatchHeader,
+                                       transactional_id: str | None) -> object | None:
+    """Before a transactional batch opens a transaction in `partition`: make sure the partition is
+    in the transaction (produce v3-11: ask the coordinator) or add it (v12+, transactions v2).
+    Returns the verification guard to append with; raises KafkaError with the produce's error."""
+    if not partition.needs_verification(header):
+        return None
+    version = ctx.api_version
+    guard = partition.start_verification(header.producer_id)
+    tp = (partition.topic, partition.index)
+    try:
+        coordinator = coordinator_of(ctx)
+    except KafkaError as exc:
+        raise _produce_error(exc.code, version) from None
+    if version >= 12:
+        deadline = asyncio.get_running_loop().time() + _ADD_RETRY_MAX_S
+        while True:
+            code = await coordinator.add_partitions(transactional_id or "", header.producer_id, header.producer_epoch,
+                                                    [tp], TV_2)
+            if code is not E.CONCURRENT_TRANSACTIONS or asyncio.get_running_loop().time() >= deadline:
+                break
+            await asyncio.sleep(_ADD_RETRY_BACKOFF_S)
+    else:
+        errors = await coordinator.verify_partitions(transactional_id or "", header.producer_id,
+                                                     header.producer_epoch, [tp])
+        code = errors[tp]
+    if code is not E.NONE:
+        raise _produce_error(code, version)
+    return guard

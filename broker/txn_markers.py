@@ -1,0 +1,64 @@
+"""The transaction coordinator's markers, written to this broker's partitions: the single-node
+WriteTxnMarkers (Kafka's TransactionMarkerChannelManager and the partition side of the request).
+
+Every marker is appended at once (each reaches the OS before this returns); the fsyncs the flush
+policy asks for are then awaited together. A partition that no longer exists (its topic was
+deleted) counts as written, as in Kafka. A stale epoch means the marker was written already (a
+retry after a crash, or a producer fenced since) and is not retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+
+from broker.coordinator.txn import TxnCompletion
+from broker.coordinator.txn.state import TopicPartition
+from broker.partition import Partition
+from protocol.errors import ErrorCode, KafkaError
+
+log = structlog.get_logger("broker.txn")
+
+_NOT_RETRIED = frozenset([ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.TRANSACTION_COORDINATOR_FENCED])
+
+
+class PartitionMarkerWriter:
+    """`partition_of(topic, index)`: the partition, or None when it does not exist."""
+
+    def __init__(self, partition_of: Callable[[str, int], Partition | None]) -> None:
+        self.partition_of = partition_of
+
+    async def write_markers(self, completion: TxnCompletion, partitions: set[TopicPartition]) -> set[TopicPartition]:
+        failed: set[TopicPartition] = set()
+        flushes: list[tuple[TopicPartition, Awaitable[Any]]] = []
+        for tp in sorted(partitions):
+            partition = self.partition_of(*tp)
+            if partition is None:
+                continue
+            try:
+                partition.append_marker(completion.producer_id, completion.producer_epoch, completion.committed,
+                                        completion.coordinator_epoch, completion.transaction_version)
+            except KafkaError as exc:
+                if exc.code in _NOT_RETRIED:
+                    log.warning("transaction marker not written", partition="%s-%d" % tp,
+                                transactional_id=completion.transactional_id, error=exc.code.name,
+                                message=exc.message)
+                else:
+                    failed.add(tp)
+                continue
+            except OSError as exc:
+                log.error("transaction marker write failed", partition="%s-%d" % tp, error=str(exc))
+                failed.add(tp)
+                continue
+            if partition.log.needs_flush():
+                flushes.append((tp, partition.group_commit.commit(partition.log.log_end_offset)))
+        if flushes:
+            results = await asyncio.gather(*(f for _, f in flushes), return_exceptions=True)
+            for (tp, _), result in zip(flushes, results):
+                if isinstance(result, BaseException):
+                    log.error("transaction marker flush failed", partition="%s-%d" % tp, error=repr(result))
+                    failed.add(tp)
+        return failed

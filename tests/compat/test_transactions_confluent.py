@@ -1,0 +1,144 @@
+"""confluent-kafka (librdkafka) transactional producers and read_committed consumers."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
+
+from protocol import messages as M  # noqa: E402
+from tests.compat.conftest import create_topic  # noqa: E402
+from tests.harness import BrokerProcess, RawClient, wait_for  # noqa: E402
+
+# a timed-out transaction is aborted within half a second
+BROKER_OVERRIDES = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"}
+PARTITION_EOF = confluent_kafka.KafkaError._PARTITION_EOF
+
+
+def txn_producer(kafka: BrokerProcess, tid: str, **config: Any) -> Producer:
+    p = Producer({"bootstrap.servers": kafka.bootstrap, "transactional.id": tid, "linger.ms": 5,
+                  "message.timeout.ms": 30000, **config})
+    p.init_transactions(30)
+    return p
+
+
+def transaction_state(kafka: BrokerProcess, tid: str) -> str:
+    """The coordinator's state of the transactional id (DescribeTransactions)."""
+    c = RawClient(kafka.port, "txn-test")
+    try:
+        r = c.call(65, 0, M.DescribeTransactionsRequest(transactional_ids=[tid]))
+        return str(r.transaction_states[0].transaction_state)
+    finally:
+        c.close()
+
+
+def read_to_end(kafka: BrokerProcess, topic: str, partitions: int, isolation: str, timeout: float = 20) -> list[bytes]:
+    """Every value up to the end of each partition (the LSO under read_committed)."""
+    c = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": "txn-reader", "enable.auto.commit": False,
+                  "enable.partition.eof": True, "isolation.level": isolation})
+    try:
+        c.assign([TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING) for p in range(partitions)])
+        values: list[bytes] = []
+        eof: set[int] = set()
+        deadline = time.monotonic() + timeout
+        while len(eof) < partitions and time.monotonic() < deadline:
+            msg = c.poll(0.2)
+            if msg is None:
+                continue
+            if msg.error():
+                assert msg.error().code() == PARTITION_EOF, msg.error()
+                eof.add(msg.partition())
+                continue
+            eof.discard(msg.partition())
+            values.append(msg.value())
+        assert len(eof) == partitions, "did not reach the end of every partition"
+        return sorted(values)
+    finally:
+        c.close()
+
+
+def test_commit_and_abort(kafka: BrokerProcess, topic_name: str) -> None:
+    create_topic(kafka, topic_name, 3)
+    p = txn_producer(kafka, "tx-" + topic_name)
+    p.begin_transaction()
+    for i in range(30):
+        p.produce(topic_name, value=b"c%02d" % i, partition=i % 3)
+    p.commit_transaction(30)
+    p.begin_transaction()
+    for i in range(9):
+        p.produce(topic_name, value=b"a%02d" % i, partition=i % 3)
+    p.flush(30)
+    p.abort_transaction(30)
+    p.begin_transaction()
+    p.produce(topic_name, value=b"last", partition=0)
+    p.commit_transaction(30)
+    committed = sorted([b"c%02d" % i for i in range(30)] + [b"last"])
+    assert read_to_end(kafka, topic_name, 3, "read_committed") == committed
+    assert read_to_end(kafka, topic_name, 3, "read_uncommitted") == sorted(committed + [b"a%02d" % i for i in range(9)])
+
+
+def test_an_open_transaction_is_invisible_until_it_commits(kafka: BrokerProcess, topic_name: str) -> None:
+    create_topic(kafka, topic_name, 1)
+    plain = Producer({"bootstrap.servers": kafka.bootstrap})
+    plain.produce(topic_name, value=b"before")
+    assert plain.flush(10) == 0
+    p = txn_producer(kafka, "tx-" + topic_name)
+    p.begin_transaction()
+    p.produce(topic_name, value=b"pending")
+    p.flush(30)
+    plain.produce(topic_name, value=b"after")  # behind the open transaction: held back too
+    assert plain.flush(10) == 0
+    assert read_to_end(kafka, topic_name, 1, "read_committed") == [b"before"]
+    assert read_to_end(kafka, topic_name, 1, "read_uncommitted") == [b"after", b"before", b"pending"]
+    p.commit_transaction(30)
+    assert read_to_end(kafka, topic_name, 1, "read_committed") == [b"after", b"before", b"pending"]
+
+
+def test_a_second_producer_fences_the_first(kafka: BrokerProcess, topic_name: str) -> None:
+    create_topic(kafka, topic_name, 1)
+    tid = "tx-" + topic_name
+    zombie = txn_producer(kafka, tid)
+    zombie.begin_transaction()
+    zombie.produce(topic_name, value=b"zombie")
+    zombie.flush(30)
+    fresh = txn_producer(kafka, tid)  # aborts the zombie's transaction
+    fresh.begin_transaction()
+    fresh.produce(topic_name, value=b"fresh")
+    fresh.commit_transaction(30)
+    with pytest.raises(KafkaException) as exc:
+        zombie.commit_transaction(30)
+    assert exc.value.args[0].fatal()
+    assert read_to_end(kafka, topic_name, 1, "read_committed") == [b"fresh"]
+
+
+def test_a_transaction_that_times_out_is_aborted(kafka: BrokerProcess, topic_name: str) -> None:
+    create_topic(kafka, topic_name, 1)
+    p = txn_producer(kafka, "tx-" + topic_name, **{"transaction.timeout.ms": 1000, "message.timeout.ms": 1000})
+    p.begin_transaction()
+    p.produce(topic_name, value=b"slow")
+    p.flush(30)
+    # past the timeout, at the next cleanup the coordinator aborts it
+    wait_for(lambda: transaction_state(kafka, "tx-" + topic_name) == "CompleteAbort", 15, 0.1, "the abort")
+    with pytest.raises(KafkaException):
+        p.commit_transaction(30)
+    assert read_to_end(kafka, topic_name, 1, "read_committed") == []
+    assert read_to_end(kafka, topic_name, 1, "read_uncommitted") == [b"slow"]
+    # the transactional id is usable again at once
+    again = txn_producer(kafka, "tx-" + topic_name)
+    again.begin_transaction()
+    again.produce(topic_name, value=b"again")
+    again.commit_transaction(30)
+    assert read_to_end(kafka, topic_name, 1, "read_committed") == [b"again"]
+
+
+def test_idempotent_producers_are_unaffected(kafka: BrokerProcess, topic_name: str) -> None:
+    create_topic(kafka, topic_name, 2)
+    p = Producer({"bootstrap.servers": kafka.bootstrap, "enable.idempotence": True, "linger.ms": 2})
+    for i in range(200):
+        p.produce(topic_name, value=b"i%03d" % i, partition=i % 2)
+    assert p.flush(30) == 0
+    assert read_to_end(kafka, topic_name, 2, "read_committed") == [b"i%03d" % i for i in range(200)]
