@@ -23,6 +23,7 @@ from broker.coordinator.txn import (
     create_transaction_coordinator,
 )
 from broker.coordinator.txn.config import CONFIG_KEYS as TXN_CONFIG_KEYS
+from broker.features import TRANSACTION_VERSION
 from broker.log import AppendOrigin, Log, LogCleaner, LogConfig, LogManager
 from broker.log.reader import iter_records
 from broker.log_dirs import LogDirMover
@@ -195,6 +196,7 @@ class Broker:
         self.txn_coordinator = create_transaction_coordinator(
             self._internal_writer(TRANSACTION_STATE_TOPIC, self._transaction_log_config), values, AsyncioClock(),
             PartitionMarkerWriter(self.partitions.get), self.metadata.allocate_producer_id,
+            lambda: self.metadata.feature_level(TRANSACTION_VERSION),
         )
         await self.txn_coordinator.start()
 

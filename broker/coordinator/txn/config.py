@@ -16,8 +16,8 @@ class TransactionCoordinatorConfig:
     transactional_id_expiration_ms: int = 604800000  # transactional.id.expiration.ms
     abort_timed_out_interval_ms: int = 10000  # transaction.abort.timed.out.transaction.cleanup.interval.ms
     remove_expired_interval_ms: int = 3600000  # transaction.remove.expired.transaction.cleanup.interval.ms
-    # The finalized transaction.version: the protocol of the coordinator's own aborts (timeouts,
-    # fencing). Kafka 4.x clusters finalize 2.
+    # The transaction.version the coordinator works with when it is not told the finalized one
+    # (tests of the coordinator alone); the broker gives the shards the cluster's finalized level.
     transaction_version: int = TV_2
 
     @classmethod

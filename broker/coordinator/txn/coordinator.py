@@ -14,7 +14,7 @@ is durable.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 import structlog
@@ -209,15 +209,18 @@ class TransactionCoordinator:
 
 
 def create_transaction_coordinator(writer: PartitionWriter, config_values: Mapping[str, Any], clock: Clock,
-                                   markers: MarkerWriter, new_producer_id: Any) -> TransactionCoordinator:
-    """A transaction coordinator over `writer` (one log per __transaction_state partition). Call
-    `await start()` to load its partitions and `await stop()` on shutdown."""
+                                   markers: MarkerWriter, new_producer_id: Callable[[], int],
+                                   transaction_version: Callable[[], int] | None = None) -> TransactionCoordinator:
+    """A transaction coordinator over `writer` (one log per __transaction_state partition);
+    `transaction_version` gives the finalized transaction.version. Call `await start()` to load
+    its partitions and `await stop()` on shutdown."""
     config = TransactionCoordinatorConfig.from_values(config_values)
     holder: list[TransactionCoordinator] = []
 
     def shard_factory(partition: int, timer: Timer) -> TransactionCoordinatorShard:
         return TransactionCoordinatorShard(timer, config, new_producer_id,
-                                           on_prepared=lambda c: holder[0].on_prepared(partition, c))
+                                           on_prepared=lambda c: holder[0].on_prepared(partition, c),
+                                           transaction_version=transaction_version)
 
     runtime: CoordinatorRuntime[TransactionCoordinatorShard] = CoordinatorRuntime(
         writer, shard_factory, config.num_partitions, clock, name="transaction-coordinator")

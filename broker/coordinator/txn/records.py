@@ -2,7 +2,8 @@
 
 Key: int16 record type 0 (TRANSACTION_LOG) followed by TransactionLogKey v0 (the transactional id).
 Value: int16 version followed by TransactionLogValue at that version; Kafka 4.x writes version 1
-(flexible, with the previous/next producer ids as tagged fields) once transaction.version >= 1.
+(flexible, with the previous/next producer ids as tagged fields) once transaction.version >= 1,
+version 0 before.
 A tombstone (null value) removes an expired transactional id. The partitions of an Empty
 transaction are written as null, as Kafka does.
 """
@@ -13,7 +14,7 @@ import struct
 from typing import Any
 
 from broker.coordinator.result import Record
-from broker.coordinator.txn.state import NO_PRODUCER_EPOCH, TransactionMetadata, TransactionState
+from broker.coordinator.txn.state import NO_PRODUCER_EPOCH, TV_1, TV_2, TransactionMetadata, TransactionState
 from protocol import messages as M
 from protocol.errors import ProtocolError
 
@@ -27,7 +28,8 @@ def transaction_key(transactional_id: str) -> bytes:
     return _INT16.pack(TRANSACTION_LOG) + M.encode(M.TransactionLogKey(transactional_id=transactional_id), 0)
 
 
-def transaction_record(meta: TransactionMetadata) -> Record:
+def transaction_record(meta: TransactionMetadata, transaction_version: int = TV_2) -> Record:
+    """The record of `meta`; the value's version follows the finalized transaction.version (0: v0)."""
     partitions = None
     if meta.state is not TransactionState.EMPTY:
         V = M.TransactionLogValue
@@ -45,7 +47,8 @@ def transaction_record(meta: TransactionMetadata) -> Record:
         transaction_start_timestamp_ms=meta.txn_start_timestamp,
         client_transaction_version=meta.client_transaction_version,
     )
-    return transaction_key(meta.transactional_id), _INT16.pack(VALUE_VERSION) + M.encode(value, VALUE_VERSION)
+    version = VALUE_VERSION if transaction_version >= TV_1 else 0
+    return transaction_key(meta.transactional_id), _INT16.pack(version) + M.encode(value, version)
 
 
 def tombstone(transactional_id: str) -> Record:

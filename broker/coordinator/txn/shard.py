@@ -82,11 +82,15 @@ class TransactionCoordinatorShard:
         config: TransactionCoordinatorConfig | None = None,
         new_producer_id: Callable[[], int] | None = None,
         on_prepared: Callable[[TxnCompletion], None] | None = None,
+        transaction_version: Callable[[], int] | None = None,
     ) -> None:
         self.timer = timer
         self.config = config or TransactionCoordinatorConfig()
         self.new_producer_id = new_producer_id or _counter()
         self.on_prepared = on_prepared or (lambda completion: None)
+        # the finalized transaction.version: the protocol of the coordinator's own aborts and the
+        # version of the records it writes
+        self.transaction_version = transaction_version or (lambda: self.config.transaction_version)
         self.txns: dict[str, TransactionMetadata] = {}
 
     # ----- replay and lifecycle -----------------------------------------------------------
@@ -113,7 +117,8 @@ class TransactionCoordinatorShard:
         """Make `meta` the transactional id's state and return its record (applied here, from the
         metadata it was made of: the in-memory last epoch survives, which a decode would lose)."""
         self.txns[meta.transactional_id] = meta
-        return CoordinatorResult(records=[transaction_record(meta)], response=response, replay=False,
+        return CoordinatorResult(records=[transaction_record(meta, self.transaction_version())], response=response,
+                                 replay=False,
                                  on_durable=on_durable)
 
     def _completion(self, meta: TransactionMetadata, done: Deferred[Any] | None = None,
@@ -295,7 +300,7 @@ class TransactionCoordinatorShard:
         """Abort an ongoing transaction on behalf of the coordinator (a new producer with the same
         transactional id, or the transaction timed out), with an epoch the old producer cannot use."""
         fenced = meta.fenced()
-        tv = self.config.transaction_version
+        tv = self.transaction_version()
         if tv >= TV_2:
             next_pid = self.new_producer_id() if fenced.epoch_exhausted else NO_PRODUCER_ID
         else:
