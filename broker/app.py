@@ -315,20 +315,39 @@ class Broker:
         if self._stopping:
             return
         self._stopping = True
+        # Every step runs even when an earlier one failed (a log dir removed under the broker must
+        # not leave the listeners or the coordinators running); the first failure is raised at the
+        # end, and the broker counts as stopped either way.
+        failure: BaseException | None = None
+
+        async def step(name: str, action: Callable[[], Any]) -> None:
+            nonlocal failure
+            try:
+                result = action()
+                if asyncio.iscoroutine(result) or isinstance(result, asyncio.Future):
+                    await result
+            except Exception as exc:
+                log.error("shutdown step failed", step=name, error=repr(exc))
+                failure = failure or exc
+
         if not clean:
-            self.server.abort()
+            await step("abort connections", self.server.abort)
         if self.txn_coordinator is not None:
-            await self.txn_coordinator.stop()  # transactions being completed finish at the next start
+            # transactions being completed finish at the next start
+            await step("transaction coordinator", self.txn_coordinator.stop)
         if self.group_coordinator is not None:
-            await self.group_coordinator.stop()  # parked JoinGroup/SyncGroup answered NOT_COORDINATOR
-        self.partitions.wake_all()  # long-polling fetches answer now with what they have
-        await self.server.stop()
-        await self.log_dir_mover.stop()
+            # parked JoinGroup/SyncGroup answered NOT_COORDINATOR
+            await step("group coordinator", self.group_coordinator.stop)
+        await step("wake fetches", self.partitions.wake_all)  # long polls answer now with what they have
+        await step("server", self.server.stop)
+        await step("log dir moves", self.log_dir_mover.stop)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        await asyncio.to_thread(self.logs.shutdown if clean else self.logs.abandon)
+        await step("logs", lambda: asyncio.to_thread(self.logs.shutdown if clean else self.logs.abandon))
         self._stopped.set()
+        if failure is not None:
+            raise failure
         log.info("broker stopped", clean=clean)
 
     @property

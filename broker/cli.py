@@ -5,11 +5,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import os
 import signal
 import sys
 
+import structlog
+
 from broker.config import BrokerConfig, help_text
 from broker.security.errors import SecurityConfigError
+
+log = structlog.get_logger("broker")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -27,7 +32,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-async def serve(config: BrokerConfig) -> None:
+EXIT_SHUTDOWN_FAILED = 1
+EXIT_FORCED = 3  # a second signal ended the process before the shutdown finished
+
+
+async def serve(config: BrokerConfig) -> int:
+    """Run the broker until SIGTERM or SIGINT; the process's exit code.
+
+    The first signal starts a clean shutdown; if it fails (a log dir removed under the broker, a
+    disk error) the error is logged and the exit code is 1. A second signal ends the process at
+    once, whatever the shutdown is doing: acknowledged writes are on disk already, the next start
+    recovers the rest as after a crash.
+    """
     from broker.app import Broker
 
     broker = Broker(config)
@@ -39,9 +55,26 @@ async def serve(config: BrokerConfig) -> None:
     gc.freeze()
     loop = asyncio.get_running_loop()
     stopping: list[asyncio.Task[None]] = []
+
+    def on_signal(sig: signal.Signals) -> None:
+        if stopping:
+            log.warning("second signal: exiting before the shutdown finished", signal=sig.name)
+            sys.stderr.flush()
+            os._exit(EXIT_FORCED)
+        log.info("shutting down", signal=sig.name)
+        stopping.append(loop.create_task(broker.stop()))
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, lambda: stopping.append(loop.create_task(broker.stop())) if not stopping else None)
+        loop.add_signal_handler(sig, on_signal, sig)
     await broker.wait_stopped()
+    if not stopping:
+        return 0
+    try:
+        await stopping[0]
+    except Exception as exc:
+        log.error("shutdown failed", error=repr(exc))
+        return EXIT_SHUTDOWN_FAILED
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -61,8 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         run = uvloop.run
     try:
-        run(serve(config))
+        return run(serve(config))
     except SecurityConfigError as exc:  # a listener, TLS or SASL setting the broker cannot serve
         print("error: %s" % exc, file=sys.stderr)
         return 2
-    return 0

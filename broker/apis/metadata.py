@@ -80,13 +80,17 @@ async def handle_metadata(ctx: Any, request: Any) -> Any:
             # internal topics are created by their coordinators, with their own partition counts
             # and configs: a client's Metadata request must not create them with the defaults
             if info is None and allow_create and wanted.name not in INTERNAL_TOPICS:
+                # As Kafka 4.x (DefaultAutoTopicCreationManager): the creation goes to the
+                # controller and this answer says UNKNOWN_TOPIC_OR_PARTITION; the client asks
+                # again and then sees the partitions.
                 try:
-                    info = await broker.create_topic(wanted.name, -1, {})
+                    await broker.create_topic(wanted.name, -1, {})
                 except KafkaError as exc:
                     if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
                         topics.append(topic_error(wanted.name, exc.code))
                         continue
-                    info = broker.metadata.topic(wanted.name)
+                topics.append(topic_error(wanted.name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                continue
             if info is None:
                 topics.append(topic_error(wanted.name, _missing_topic_error(wanted.name)))
             else:

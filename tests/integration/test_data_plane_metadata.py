@@ -92,11 +92,23 @@ def test_auto_create(tmp_path: Path) -> None:
         refused = metadata(c, ["no-auto"], 4, allow_auto=False).topics[0]
         assert refused.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         assert bt.broker.metadata.topic("no-auto") is None
+        # as Kafka 4.x: the creating request answers UNKNOWN_TOPIC_OR_PARTITION, the next one has it
+        creating = metadata(c, ["auto"], 12).topics[0]
+        assert (creating.error_code, creating.partitions, creating.topic_id) == (
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, [], uuid.UUID(int=0))
         created = metadata(c, ["auto"], 12).topics[0]
         assert (created.error_code, len(created.partitions)) == (0, 4)
-        assert created.topic_id != uuid.UUID(int=0)
+        assert created.topic_id == bt.broker.metadata.topic("auto").topic_id != uuid.UUID(int=0)
         # before v4 there is no flag: the broker setting decides
+        assert metadata(c, ["auto-v1"], 1).topics[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         assert metadata(c, ["auto-v1"], 1).topics[0].error_code == 0
+        # a topic deleted and asked for again is created again, listed from the next request on
+        assert c.call(20, 6, M.DeleteTopicsRequest(topics=[M.DeleteTopicsRequest.DeleteTopicState(name="auto")],
+                                                   timeout_ms=1000)).responses[0].error_code == 0
+        again = metadata(c, ["auto"], 12).topics[0]
+        assert (again.error_code, again.partitions) == (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, [])
+        recreated = metadata(c, ["auto"], 12).topics[0]
+        assert recreated.error_code == 0 and recreated.topic_id not in (created.topic_id, uuid.UUID(int=0))
         bad = metadata(c, ["bad name!"], 12).topics[0]
         assert bad.error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
         assert metadata(c, ["a" * 250], 12).topics[0].error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
@@ -151,6 +163,7 @@ def test_topic_ids_survive_restart(tmp_path: Path) -> None:
     try:
         c = bt.client()
         before = {t.name: t.topic_id for t in metadata(c, None, 12).topics}
+        metadata(c, ["x", "y"], 12)  # creates them
         before.update({t.name: t.topic_id for t in metadata(c, ["x", "y"], 12).topics})
         c.close()
     finally:

@@ -26,7 +26,8 @@ def test_sigterm_answers_long_poll_and_writes_clean_shutdown_marker(tmp_path: Pa
     proc = BrokerProcess(data, overrides={"num.partitions": "2"}).start()
     try:
         c = RawClient(proc.port)
-        assert metadata(c, ["stop"]).topics[0].error_code == 0  # auto-created
+        assert metadata(c, ["stop"]).topics[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION  # being created
+        assert metadata(c, ["stop"]).topics[0].error_code == 0
         assert produce(c, "stop", 0, batch([b"before"])).error_code == 0
         poller = RawClient(proc.port)
         # a long poll on the empty partition: nothing will arrive before the shutdown
@@ -98,3 +99,53 @@ def test_help_lists_properties() -> None:
                          timeout=30, check=True).stdout
     for name in ("listeners", "log.dirs", "socket.request.max.bytes", "connections.max.idle.ms", "num.partitions"):
         assert name in out
+
+
+def test_failed_shutdown_logs_and_exits_non_zero(tmp_path: Path) -> None:
+    """The log dir removed under the broker: the shutdown cannot write its checkpoints and markers;
+    the broker says so and exits with 1 instead of hanging."""
+    import shutil
+
+    data = tmp_path / "data"
+    proc = BrokerProcess(data).start()
+    try:
+        c = RawClient(proc.port)
+        metadata(c, ["doomed"])
+        wait_for(lambda: metadata(c, ["doomed"]).topics[0].error_code == 0, what="the topic")
+        assert produce(c, "doomed", 0, batch([b"x"])).error_code == 0
+        c.close()
+        shutil.rmtree(data)
+        assert proc.proc is not None
+        proc.proc.send_signal(signal.SIGTERM)
+        assert proc.proc.wait(20) == 1
+    finally:
+        proc.stop()
+    output = proc.output()
+    assert "shutdown failed" in output and "shutdown step failed" in output
+
+
+def test_second_signal_ends_the_process(tmp_path: Path) -> None:
+    """A shutdown that waits (here for a client that does not read its responses) ends at once
+    on a second signal."""
+    proc = BrokerProcess(tmp_path / "data").start()
+    try:
+        c = RawClient(proc.port)
+        metadata(c, ["big"])
+        wait_for(lambda: metadata(c, ["big"]).topics[0].error_code == 0, what="the topic")
+        assert produce(c, "big", 0, batch([b"x" * 900_000])).error_code == 0
+        # fetches of ~1 MB each that are never read: the connection's writes stall, its request
+        # stays in flight, and the shutdown waits for it
+        for _ in range(64):
+            c.send(FETCH, 12, fetch_request([("big", 0, 0)]))
+        assert proc.proc is not None
+        time_to_fill = RawClient(proc.port)
+        assert time_to_fill.call(API_VERSIONS, 0, M.ApiVersionsRequest()).error_code == 0
+        time_to_fill.close()
+        proc.proc.send_signal(signal.SIGTERM)
+        wait_for(lambda: "shutting down" in proc.output(), what="the shutdown to start")
+        proc.proc.send_signal(signal.SIGTERM)
+        assert proc.proc.wait(10) == 3  # ended by the second signal
+        c.close()
+    finally:
+        proc.stop()
+    assert "second signal" in proc.output()
