@@ -20,6 +20,7 @@ from broker.coordinator.timer import AsyncioClock
 from broker.coordinator.txn import (
     TRANSACTION_STATE_TOPIC,
     TransactionCoordinator,
+    TxnCompletion,
     create_transaction_coordinator,
 )
 from broker.coordinator.txn.config import CONFIG_KEYS as TXN_CONFIG_KEYS
@@ -195,10 +196,15 @@ class Broker:
             TRANSACTION_STATE_TOPIC, "transaction.state.log.num.partitions")
         self.txn_coordinator = create_transaction_coordinator(
             self._internal_writer(TRANSACTION_STATE_TOPIC, self._transaction_log_config), values, AsyncioClock(),
-            PartitionMarkerWriter(self.partitions.get), self.metadata.allocate_producer_id,
+            PartitionMarkerWriter(self.partitions.get, {OFFSETS_TOPIC: self._offsets_marker}),
+            self.metadata.allocate_producer_id,
             lambda: self.metadata.feature_level(TRANSACTION_VERSION),
         )
         await self.txn_coordinator.start()
+
+    async def _offsets_marker(self, index: int, completion: TxnCompletion) -> None:
+        await self.group_coordinator.complete_transaction(index, completion.producer_id, completion.producer_epoch,
+                                                          completion.committed, completion.coordinator_epoch)
 
     def _internal_partitions(self, topic: str, config_key: str) -> int:
         info = self.metadata.topic(topic)
@@ -221,7 +227,7 @@ class Broker:
         def existing_log(index: int) -> Log | None:
             return self.logs.get_log(topic, index)
 
-        return LogPartitionWriter(log_for, on_append, existing_log)
+        return LogPartitionWriter(log_for, on_append, existing_log, lambda index: self.partitions.get(topic, index))
 
     async def ensure_offsets_topic(self) -> None:
         """Register `__consumer_offsets` in the metadata (Kafka creates it at the first

@@ -66,7 +66,7 @@ SUPPORTED: dict[str, FeatureSpec] = {
     METADATA_VERSION: FeatureSpec(MINIMUM_METADATA_VERSION, LATEST_METADATA_VERSION, LATEST_METADATA_VERSION),
     KRAFT_VERSION: FeatureSpec(0, 1, KRAFT_VERSION_LEVEL),
     GROUP_VERSION: FeatureSpec(0, 1, bootstrap=1, needs={1: {METADATA_VERSION: 22}}),  # KIP-848 consumer groups
-    TRANSACTION_VERSION: FeatureSpec(0, 0, bootstrap=0),  # transactions: not served yet
+    TRANSACTION_VERSION: FeatureSpec(0, 2, bootstrap=2),  # transactions v1 and v2 (KIP-890), broker/coordinator/txn
     SHARE_VERSION: FeatureSpec(0, 0, bootstrap=0),  # share groups: not served yet
     ELR_VERSION: FeatureSpec(0, 1, bootstrap=1, needs={1: {METADATA_VERSION: 23}}),  # KIP-966
     STREAMS_VERSION: FeatureSpec(0, 0, bootstrap=0),  # streams groups (KIP-1071): not served

@@ -25,16 +25,28 @@ log = structlog.get_logger("broker.txn")
 _NOT_RETRIED = frozenset([ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.TRANSACTION_COORDINATOR_FENCED])
 
 
-class PartitionMarkerWriter:
-    """`partition_of(topic, index)`: the partition, or None when it does not exist."""
+CoordinatorMarkers = Callable[[int, TxnCompletion], Awaitable[None]]
 
-    def __init__(self, partition_of: Callable[[str, int], Partition | None]) -> None:
+
+class PartitionMarkerWriter:
+    """`partition_of(topic, index)`: the partition, or None when it does not exist.
+    `coordinators`: topic -> how a coordinator writes a marker to one of its partitions (the
+    group coordinator for `__consumer_offsets`: the marker commits or drops the transaction's
+    offsets, so it goes through the coordinator's runtime)."""
+
+    def __init__(self, partition_of: Callable[[str, int], Partition | None],
+                 coordinators: dict[str, CoordinatorMarkers] | None = None) -> None:
         self.partition_of = partition_of
+        self.coordinators = coordinators or {}
 
     async def write_markers(self, completion: TxnCompletion, partitions: set[TopicPartition]) -> set[TopicPartition]:
         failed: set[TopicPartition] = set()
         flushes: list[tuple[TopicPartition, Awaitable[Any]]] = []
         for tp in sorted(partitions):
+            coordinator = self.coordinators.get(tp[0])
+            if coordinator is not None:
+                flushes.append((tp, coordinator(tp[1], completion)))
+                continue
             partition = self.partition_of(*tp)
             if partition is None:
                 continue
@@ -58,7 +70,10 @@ class PartitionMarkerWriter:
         if flushes:
             results = await asyncio.gather(*(f for _, f in flushes), return_exceptions=True)
             for (tp, _), result in zip(flushes, results):
-                if isinstance(result, BaseException):
-                    log.error("transaction marker flush failed", partition="%s-%d" % tp, error=repr(result))
+                if isinstance(result, KafkaError) and result.code in _NOT_RETRIED:
+                    log.warning("transaction marker not written", partition="%s-%d" % tp,
+                                transactional_id=completion.transactional_id, error=result.code.name)
+                elif isinstance(result, BaseException):
+                    log.error("transaction marker write failed", partition="%s-%d" % tp, error=repr(result))
                     failed.add(tp)
         return failed

@@ -1,5 +1,6 @@
-"""Transaction APIs: InitProducerId (22), AddPartitionsToTxn (24), EndTxn (26),
-DescribeTransactions (65), ListTransactions (66), and the verification of transactional produce.
+"""Transaction APIs: InitProducerId (22), AddPartitionsToTxn (24), AddOffsetsToTxn (25), EndTxn (26),
+TxnOffsetCommit (28), DescribeTransactions (65), ListTransactions (66), and the verification of
+transactional produce.
 
 The handlers adapt each version to the transaction coordinator (`broker.txn_coordinator`), as
 Kafka's KafkaApis does: PRODUCER_FENCED is INVALID_PRODUCER_EPOCH for clients older than the
@@ -12,7 +13,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from broker.apis.group import coordinator_of as group_coordinator_of
 from broker.apis.registry import api
+from broker.coordinator.group.coordinator import GROUP_METADATA_TOPIC as OFFSETS_TOPIC
+from broker.coordinator.group.coordinator import txn_offset_commit_error
 from broker.coordinator.txn.state import TV_0, TV_2, TopicPartition
 from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
@@ -108,6 +112,83 @@ async def handle_add_partitions_to_txn(ctx: Any, request: Any) -> Any:
     return R(error_code=E.NONE, results_by_transaction=[
         R.AddPartitionsToTxnResult(transactional_id=t.transactional_id, topic_results=_topic_results(errors))
         for t, errors in zip(request.transactions, results)])
+
+
+# ----- AddOffsetsToTxn ---------------------------------------------------------------------
+@api(25)
+async def handle_add_offsets_to_txn(ctx: Any, request: Any) -> Any:
+    """The group's __consumer_offsets partition joins the transaction (TxnOffsetCommit follows)."""
+    R = M.AddOffsetsToTxnResponse
+    try:
+        coordinator = coordinator_of(ctx)
+        offsets_partition = (OFFSETS_TOPIC, group_coordinator_of(ctx).partition_for(request.group_id))
+    except KafkaError as exc:
+        return R(error_code=exc.code)
+    code = await coordinator.add_partitions(request.transactional_id, request.producer_id, request.producer_epoch,
+                                            [offsets_partition], TV_0)
+    return R(error_code=_fenced(code, ctx.api_version, 2))
+
+
+# ----- TxnOffsetCommit ---------------------------------------------------------------------
+def _offsets_error(code: ErrorCode, version: int) -> ErrorCode:
+    """How a TxnOffsetCommit reports what the transaction coordinator said of the group's partition."""
+    if code is E.PRODUCER_FENCED:
+        return E.INVALID_PRODUCER_EPOCH
+    if code is E.TRANSACTION_ABORTABLE and version <= 3:
+        return E.INVALID_TXN_STATE  # clients before KIP-890 do not know TRANSACTION_ABORTABLE
+    if code in _RETRIABLE or code is E.CONCURRENT_TRANSACTIONS:
+        return E.COORDINATOR_LOAD_IN_PROGRESS  # clients retry it without looking the coordinator up again
+    return code
+
+
+@api(28)
+async def handle_txn_offset_commit(ctx: Any, request: Any) -> Any:
+    R = M.TxnOffsetCommitResponse
+    version = ctx.api_version
+    metadata = ctx.broker.metadata
+    answered: list[Any] = []  # unknown topics and partitions, answered here
+    valid = []
+    for topic in request.topics:
+        info = metadata.topic(topic.name)
+        count = info.partitions if info is not None else 0
+        known = [p for p in topic.partitions if 0 <= p.partition_index < count]
+        unknown = [p for p in topic.partitions if not 0 <= p.partition_index < count]
+        if unknown:
+            answered.append(R.TxnOffsetCommitResponseTopic(name=topic.name, partitions=[
+                R.TxnOffsetCommitResponsePartition(partition_index=p.partition_index,
+                                                   error_code=E.UNKNOWN_TOPIC_OR_PARTITION) for p in unknown]))
+        if known:
+            valid.append(M.TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic(name=topic.name, partitions=known))
+    if valid:
+        request.topics = valid
+        response = await _commit_transactional_offsets(ctx, request, version)
+        answered = list(response.topics) + answered
+    if version < 2:  # clients before 2.0 do not retry COORDINATOR_LOAD_IN_PROGRESS here
+        for t in answered:
+            for p in t.partitions:
+                if p.error_code == E.COORDINATOR_LOAD_IN_PROGRESS:
+                    p.error_code = E.COORDINATOR_NOT_AVAILABLE
+    return R(topics=answered)
+
+
+async def _commit_transactional_offsets(ctx: Any, request: Any, version: int) -> Any:
+    try:
+        if not request.group_id:
+            raise KafkaError(E.INVALID_GROUP_ID)
+        coordinator = coordinator_of(ctx)
+        groups = group_coordinator_of(ctx)
+        markers_seen = await groups.markers_seen(request.group_id, request.producer_id)
+    except KafkaError as exc:
+        return txn_offset_commit_error(request, exc.code)
+    tp = (OFFSETS_TOPIC, groups.partition_for(request.group_id))
+    tid, pid, epoch = request.transactional_id, request.producer_id, request.producer_epoch
+    if version >= 5:  # transactions v2: the group's partition joins the transaction here
+        code = await coordinator.add_partitions(tid, pid, epoch, [tp], TV_2)
+    else:
+        code = (await coordinator.verify_partitions(tid, pid, epoch, [tp]))[tp]
+    if code is not E.NONE:
+        return txn_offset_commit_error(request, _offsets_error(code, version))
+    return await groups.commit_transactional_offsets(request, markers_seen)
 
 
 # ----- EndTxn ------------------------------------------------------------------------------

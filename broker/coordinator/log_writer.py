@@ -5,7 +5,11 @@ A write appends one record batch (CreateTime now, uncompressed) with the coordin
 synchronously, so the data reaches the OS before the response is released (it survives
 `kill -9`); only when the log's flush policy (`flush.messages` / `flush.ms`) asks for an fsync
 is there something to await, and concurrent waiters of the partition share one (GroupCommit).
-Loading reads every batch from the log start, skipping control batches.
+
+A transactional producer's records (TxnOffsetCommit) are written as its transactional batch, and
+the transaction's end as a marker; when the partition is served (a registered topic) both go
+through its producer state, so its last stable offset and aborted-transaction index are right.
+Loading reads every batch from the log start: plain records, transactional ones and markers.
 """
 
 from __future__ import annotations
@@ -16,10 +20,10 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 
 import crc32c
 
-from broker.coordinator.result import Record
-from broker.log import Log, LogConfig
+from broker.coordinator.result import LoggedItem, Record, TransactionalRecord, TxnMarker
+from broker.log import AppendOrigin, Log, LogConfig
 from broker.log.group_commit import GroupCommit
-from broker.log.reader import iter_records
+from broker.partition import Partition
 from protocol.primitives import encode_varint
 from protocol.records import (
     ATTRIBUTES_OFFSET,
@@ -31,10 +35,17 @@ from protocol.records import (
     NO_PRODUCER_ID,
     NO_SEQUENCE,
     RECORD_BATCH_OVERHEAD,
+    TRANSACTIONAL_FLAG_MASK,
     BatchHeader,
+    ControlRecordType,
+    build_control_batch,
+    decode_batch,
+    iter_batches,
+    parse_control_record,
 )
 
-_BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")  # RecordBatch v2, up to the first record
+_BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
+_READ_CHUNK = 1 << 20  # RecordBatch v2, up to the first record
 _UINT32 = struct.Struct(">I")
 
 
@@ -45,9 +56,11 @@ def coordinator_batch(records: Sequence[Record], now_ms: int | None = None) -> b
     return bytes(build_coordinator_batch(records, now_ms)[0])
 
 
-def build_coordinator_batch(records: Sequence[Record], now_ms: int | None = None) -> tuple[bytearray, BatchHeader]:
+def build_coordinator_batch(records: Sequence[Record], now_ms: int | None = None,
+                            producer: tuple[int, int] | None = None) -> tuple[bytearray, BatchHeader]:
     """`coordinator_batch` and its header, written out here because every commit pays for it
-    (the log appends it without parsing it again: Log.append_built)."""
+    (the log appends it without parsing it again: Log.append_built). With `producer` (id, epoch)
+    it is that producer's transactional batch (no sequence, as Kafka's coordinators write them)."""
     if now_ms is None:
         now_ms = time.time_ns() // 1_000_000
     batch = bytearray(RECORD_BATCH_OVERHEAD)
@@ -64,8 +77,10 @@ def build_coordinator_batch(records: Sequence[Record], now_ms: int | None = None
         record += b"\x00"  # no headers
         batch += encode_varint(len(record))
         batch += record
-    header = BatchHeader(0, len(batch) - LOG_OVERHEAD, NO_PARTITION_LEADER_EPOCH, MAGIC_V2, 0, 0, len(records) - 1,
-                         now_ms, now_ms, NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE, len(records))
+    producer_id, epoch = producer if producer is not None else (NO_PRODUCER_ID, NO_PRODUCER_EPOCH)
+    attributes = 0 if producer is None else TRANSACTIONAL_FLAG_MASK
+    header = BatchHeader(0, len(batch) - LOG_OVERHEAD, NO_PARTITION_LEADER_EPOCH, MAGIC_V2, 0, attributes,
+                         len(records) - 1, now_ms, now_ms, producer_id, epoch, NO_SEQUENCE, len(records))
     _BATCH_HEADER.pack_into(batch, 0, *header)
     crc = crc32c.crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:])
     _UINT32.pack_into(batch, CRC_OFFSET, crc)
@@ -83,18 +98,22 @@ def internal_topic_log_config(defaults: LogConfig, segment_bytes: int | None = N
 
 class LogPartitionWriter:
     """`log_for(partition)` returns (creating if needed) the partition's Log; `on_append`
-    (optional) is told after each append, e.g. to wake fetches of the internal topic."""
+    (optional) is told after each append, e.g. to wake fetches of the internal topic;
+    `partition_of` (optional) gives the served Partition, whose producer state transactional
+    writes and markers go through."""
 
     def __init__(
         self,
         log_for: Callable[[int], Log],
         on_append: Callable[[int], None] | None = None,
         existing_log: Callable[[int], Log | None] | None = None,
+        partition_of: Callable[[int], Partition | None] | None = None,
     ) -> None:
         self._log_for = log_for
         self._on_append = on_append
         # loading must not create logs: Kafka's partitions appear only when the topic is created
         self._existing_log = existing_log or log_for
+        self._partition_of = partition_of or (lambda index: None)
         self._commits: dict[int, GroupCommit] = {}
 
     def _commit_for(self, partition: int, log: Log) -> GroupCommit:
@@ -103,13 +122,34 @@ class LogPartitionWriter:
             commit = self._commits[partition] = GroupCommit(log.flush, log.recovery_point)
         return commit
 
-    def write(self, partition: int, records: Sequence[Record]) -> Awaitable[int] | None:
+    def write(self, partition: int, records: Sequence[Record],
+              producer: tuple[int, int] | None = None) -> Awaitable[int] | None:
         """Append one batch to the partition's log (it reaches the OS before this returns); None,
         unless the log's flush policy asks for an fsync: then the shared one to await."""
         if not records:
             return None
         log = self._log_for(partition)
-        log.append_built(*build_coordinator_batch(records))
+        batch, header = build_coordinator_batch(records, producer=producer)
+        result = log.append_built(batch, header)
+        if producer is not None:
+            served = self._partition_of(partition)
+            if served is not None:
+                served.producers.update(header._replace(base_offset=result.first_offset))
+        return self._appended(partition, log)
+
+    def write_marker(self, partition: int, marker: TxnMarker) -> Awaitable[int] | None:
+        """Append a transaction marker, through the partition's producer state when it is served."""
+        log = self._log_for(partition)
+        served = self._partition_of(partition)
+        if served is not None:
+            served.append_marker(marker.producer_id, marker.producer_epoch, marker.committed, marker.coordinator_epoch)
+        else:
+            kind = ControlRecordType.COMMIT if marker.committed else ControlRecordType.ABORT
+            log.append(build_control_batch(kind, marker.producer_id, marker.producer_epoch, marker.coordinator_epoch),
+                       origin=AppendOrigin.COORDINATOR)
+        return self._appended(partition, log)
+
+    def _appended(self, partition: int, log: Log) -> Awaitable[int] | None:
         if self._on_append is not None:
             self._on_append(partition)
         if not log.needs_flush():
@@ -123,11 +163,33 @@ class LogPartitionWriter:
             await waiting
         return self._log_for(partition).log_end_offset
 
-    def read(self, partition: int) -> Iterator[Record]:
+    def read(self, partition: int) -> Iterator[LoggedItem]:
         log = self._existing_log(partition)
         if log is None:
             return
-        for r in iter_records(log):
-            if r.key is not None:
-                yield r.key, r.value
+        offset = log.log_start_offset
+        end = log.log_end_offset
+        while offset < end:
+            data = log.read_bytes(offset, _READ_CHUNK)
+            if not data:
+                break
+            for pos, header in iter_batches(data):
+                if header.next_offset <= offset:
+                    continue  # the part of a compacted batch before the start offset
+                _, records = decode_batch(data, pos)
+                if header.is_control:
+                    if records and header.has_producer_id:
+                        kind, coordinator_epoch = parse_control_record(records[0])
+                        if kind in (ControlRecordType.COMMIT, ControlRecordType.ABORT):
+                            yield TxnMarker(header.producer_id, header.producer_epoch,
+                                            kind is ControlRecordType.COMMIT, coordinator_epoch)
+                elif header.is_transactional:
+                    for r in records:
+                        if r.key is not None and r.offset >= offset:
+                            yield TransactionalRecord(header.producer_id, r.key, r.value)
+                else:
+                    for r in records:
+                        if r.key is not None and r.offset >= offset:
+                            yield r.key, r.value
+                offset = header.next_offset
 

@@ -14,12 +14,34 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 T = TypeVar("T")
 
 Record = tuple[bytes, bytes | None]
 """A record of an internal topic: (key, value); a None value is a tombstone."""
+
+
+class TransactionalRecord(NamedTuple):
+    """A record a transactional producer wrote through the coordinator (TxnOffsetCommit), as the
+    partition's log gives it back when loading."""
+
+    producer_id: int
+    key: bytes
+    value: bytes | None
+
+
+class TxnMarker(NamedTuple):
+    """A transaction marker (COMMIT or ABORT control batch) in a coordinator's log."""
+
+    producer_id: int
+    producer_epoch: int
+    committed: bool
+    coordinator_epoch: int = 0
+
+
+LoggedItem = Record | TransactionalRecord | TxnMarker
+"""What loading a coordinator's log gives, in log order."""
 
 
 class Deferred(Generic[T]):
@@ -89,10 +111,15 @@ class CoordinatorResult(Generic[T]):
         does), so those results set replay=False: their records are replayed only when loading.
     on_durable: called (on the shard's task) after the append succeeded, before the response is
         released; e.g. SyncGroup moves the group to Stable only once its assignment is stored.
+    producer: (producer id, epoch) of a transactional producer: the records are written as its
+        transactional batch (TxnOffsetCommit), to be committed or aborted by a marker.
+    marker: a transaction marker to write (after the records, if any).
     """
 
     records: list[Record] = field(default_factory=list)
     response: T | Deferred[T] | None = None
     replay: bool = True
     on_durable: Callable[[], None] | None = None
+    producer: tuple[int, int] | None = None
+    marker: TxnMarker | None = None
 

@@ -37,7 +37,14 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import structlog
 
-from broker.coordinator.result import CoordinatorResult, Deferred, Record
+from broker.coordinator.result import (
+    CoordinatorResult,
+    Deferred,
+    LoggedItem,
+    Record,
+    TransactionalRecord,
+    TxnMarker,
+)
 from broker.coordinator.timer import Clock, CoordinatorTimer, Op, Timer
 from protocol.errors import ErrorCode, KafkaError
 
@@ -72,15 +79,22 @@ def partition_for(key: str, num_partitions: int) -> int:
 class PartitionWriter(Protocol):
     """Where a runtime keeps its records: one log per internal-topic partition."""
 
-    def write(self, partition: int, records: Sequence[Record]) -> Awaitable[Any] | None:
-        """Append the records to the partition's log now, past the process (they survive `kill -9`).
-        Returns None when they are as durable as the flush policy asks, else an awaitable that
-        completes once they are (raising if the flush failed). Raises (KafkaError or OSError) if
-        they could not be written. Synchronous, so the usual case costs no await."""
+    def write(self, partition: int, records: Sequence[Record],
+              producer: tuple[int, int] | None = None) -> Awaitable[Any] | None:
+        """Append the records to the partition's log now, past the process (they survive `kill -9`),
+        as one batch (a transactional one of `producer`, (id, epoch), when given). Returns None
+        when they are as durable as the flush policy asks, else an awaitable that completes once
+        they are (raising if the flush failed). Raises (KafkaError or OSError) if they could not
+        be written. Synchronous, so the usual case costs no await."""
         ...
 
-    def read(self, partition: int) -> Iterable[Record]:
-        """Every record of the partition's log in order, for loading."""
+    def write_marker(self, partition: int, marker: TxnMarker) -> Awaitable[Any] | None:
+        """Append a transaction marker, as `write` does."""
+        ...
+
+    def read(self, partition: int) -> Iterable[LoggedItem]:
+        """Every record of the partition's log in order, for loading: plain records as (key,
+        value), transactional ones as TransactionalRecord, and the markers."""
         ...
 
 
@@ -88,23 +102,39 @@ class InMemoryWriter:
     """A PartitionWriter in memory, for tests; `fail_next` makes the next write raise."""
 
     def __init__(self) -> None:
-        self.logs: dict[int, list[Record]] = defaultdict(list)
+        self.logs: dict[int, list[LoggedItem]] = defaultdict(list)
         self.fail_next: BaseException | None = None
         self.appends = 0
 
-    def write(self, partition: int, records: Sequence[Record]) -> Awaitable[Any] | None:
+    def _check(self) -> None:
         if self.fail_next is not None:
             exc, self.fail_next = self.fail_next, None
             raise exc
         self.appends += 1
-        self.logs[partition].extend(records)
+
+    def write(self, partition: int, records: Sequence[Record],
+              producer: tuple[int, int] | None = None) -> Awaitable[Any] | None:
+        self._check()
+        if producer is None:
+            self.logs[partition].extend(records)
+        else:
+            self.logs[partition].extend(TransactionalRecord(producer[0], k, v) for k, v in records)
         return None
 
-    def read(self, partition: int) -> Iterable[Record]:
+    def write_marker(self, partition: int, marker: TxnMarker) -> Awaitable[Any] | None:
+        self._check()
+        self.logs[partition].append(marker)
+        return None
+
+    def read(self, partition: int) -> Iterable[LoggedItem]:
         return list(self.logs[partition])
 
 
 class CoordinatorShard(Protocol):
+    """A shard whose log holds transactional records (the group coordinator's) also has
+    `replay_transactional(producer_id, key, value)` and `replay_end_transaction(producer_id,
+    committed)`; for other shards such records replay as plain ones and markers are skipped."""
+
     def replay(self, key: bytes, value: bytes | None) -> None: ...
 
     def on_loaded(self, now_ms: int) -> None: ...
@@ -151,6 +181,9 @@ class _Event:
 
 # What running an operation gave: its result, or the error its caller gets.
 _Outcome = tuple[CoordinatorResult[Any] | None, BaseException | None]
+# What the operations of a turn write, batch by batch: plain records, a transactional producer's
+# records (its (id, epoch)), or a marker.
+_Chunk = tuple[tuple[int, int] | None, list[Record] | TxnMarker]
 
 
 class _Partition(Generic[S]):
@@ -343,8 +376,8 @@ class CoordinatorRuntime(Generic[S]):
         """Run one operation on an idle partition in the caller's task."""
         part.busy = True
         try:
-            outcomes, records = self._run_ops(part, (ev,))
-            waiting, failure = self._write_records(part, records)
+            outcomes, chunks = self._run_ops(part, (ev,))
+            waiting, failure = self._write_records(part, chunks)
         except BaseException:
             self._release(part)
             raise
@@ -416,43 +449,77 @@ class CoordinatorRuntime(Generic[S]):
                 part.wakeup = None
 
     async def _process(self, part: _Partition[S], batch: list[_Event]) -> None:
-        outcomes, records = self._run_ops(part, batch)
-        waiting, failure = self._write_records(part, records)
+        outcomes, chunks = self._run_ops(part, batch)
+        waiting, failure = self._write_records(part, chunks)
         await self._complete(part, batch, outcomes, waiting, failure)
 
     # ----- the steps of both paths --------------------------------------------------------
-    def _run_ops(self, part: _Partition[S], batch: Sequence[_Event]) -> tuple[list[_Outcome], list[Record]]:
+    def _run_ops(self, part: _Partition[S], batch: Sequence[_Event]) -> tuple[list[_Outcome], list[_Chunk]]:
         """Run the operations one after the other, replaying their records; returns each one's
-        outcome and all their records."""
+        outcome and what they write (consecutive plain records make one batch)."""
         shard = part.shard
         assert shard is not None
         now = self.clock.now_ms()
         outcomes: list[_Outcome] = []
-        records: list[Record] = []
+        chunks: list[_Chunk] = []
         for ev in batch:
             try:
                 res = ev.op(shard, now)
-                if res.replay:
-                    for key, value in res.records:
-                        shard.replay(key, value)
-                records += res.records
+                if res.producer is None and res.marker is None:
+                    if res.replay:
+                        for key, value in res.records:
+                            shard.replay(key, value)
+                    if res.records:
+                        if chunks and chunks[-1][0] is None and isinstance(chunks[-1][1], list):
+                            chunks[-1][1].extend(res.records)
+                        else:
+                            chunks.append((None, list(res.records)))
+                else:
+                    self._transactional(shard, res, chunks)
                 outcomes.append((res, None))
             except KafkaError as exc:
                 outcomes.append((None, exc))
             except Exception as exc:
                 log.exception("coordinator operation failed", coordinator=self.name, partition=part.index, op=ev.name)
                 outcomes.append((None, KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, str(exc))))
-        return outcomes, records
+        return outcomes, chunks
 
-    def _write_records(self, part: _Partition[S], records: list[Record]
+    @staticmethod
+    def _transactional(shard: Any, res: CoordinatorResult[Any], chunks: list[_Chunk]) -> None:
+        """A result with a transactional producer's records or a marker: its own batches."""
+        if res.records:
+            if res.replay:
+                for key, value in res.records:
+                    if res.producer is not None:
+                        shard.replay_transactional(res.producer[0], key, value)
+                    else:
+                        shard.replay(key, value)
+            chunks.append((res.producer, list(res.records)))
+        if res.marker is not None:
+            if res.replay:
+                shard.replay_end_transaction(res.marker.producer_id, res.marker.committed)
+            chunks.append((None, res.marker))
+
+    def _write_records(self, part: _Partition[S], chunks: list[_Chunk]
                        ) -> tuple[Awaitable[Any] | None, BaseException | None]:
-        """Write the records (synchronously); returns what durability still waits on, or the error."""
-        if not records:
+        """Write the batches (synchronously); returns what durability still waits on, or the error."""
+        if not chunks:
             return None, None
+        waiting: list[Awaitable[Any]] = []
         try:
-            return self.writer.write(part.index, records), None
+            for producer, item in chunks:
+                if isinstance(item, TxnMarker):
+                    w = self.writer.write_marker(part.index, item)
+                else:
+                    w = self.writer.write(part.index, item) if producer is None else \
+                        self.writer.write(part.index, item, producer)
+                if w is not None:
+                    waiting.append(w)
         except Exception as exc:
             return None, exc
+        if len(waiting) > 1:
+            return asyncio.gather(*waiting), None
+        return (waiting[0] if waiting else None), None
 
     async def _complete(self, part: _Partition[S], batch: Sequence[_Event], outcomes: list[_Outcome],
                         waiting: Awaitable[Any] | None, failure: BaseException | None) -> None:
@@ -496,9 +563,20 @@ class CoordinatorRuntime(Generic[S]):
         assert part.timer is not None
         shard = self.shard_factory(part.index, part.timer)
         count = skipped = 0
-        for key, value in self.writer.read(part.index):
+        replay_transactional = getattr(shard, "replay_transactional", None)
+        replay_end_transaction = getattr(shard, "replay_end_transaction", None)
+        for item in self.writer.read(part.index):
             try:
-                shard.replay(key, value)
+                if isinstance(item, TransactionalRecord):
+                    if replay_transactional is not None:
+                        replay_transactional(item.producer_id, item.key, item.value)
+                    else:
+                        shard.replay(item.key, item.value)
+                elif isinstance(item, TxnMarker):
+                    if replay_end_transaction is not None:
+                        replay_end_transaction(item.producer_id, item.committed)
+                else:
+                    shard.replay(item[0], item[1])
             except Exception as exc:  # a record we cannot apply must not keep the coordinator down
                 skipped += 1
                 log.error("skipping coordinator record", coordinator=self.name, partition=part.index, error=repr(exc))

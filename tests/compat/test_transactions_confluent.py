@@ -142,3 +142,60 @@ def test_idempotent_producers_are_unaffected(kafka: BrokerProcess, topic_name: s
         p.produce(topic_name, value=b"i%03d" % i, partition=i % 2)
     assert p.flush(30) == 0
     assert read_to_end(kafka, topic_name, 2, "read_committed") == [b"i%03d" % i for i in range(200)]
+
+
+def group_committed(kafka: BrokerProcess, group: str, topic: str) -> int:
+    c = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": group})
+    try:
+        [tp] = c.committed([TopicPartition(topic, 0)], 10)
+        return int(tp.offset)
+    finally:
+        c.close()
+
+
+def test_consume_transform_produce(kafka: BrokerProcess, topic_name: str) -> None:
+    """Only a committed transaction moves the group's offset; its output is all or nothing."""
+    source, sink, group = topic_name + "-in", topic_name + "-out", "ctp-" + topic_name
+    create_topic(kafka, source, 1)
+    create_topic(kafka, sink, 1)
+    feeder = Producer({"bootstrap.servers": kafka.bootstrap})
+    for i in range(20):
+        feeder.produce(source, value=b"m%02d" % i)
+    assert feeder.flush(10) == 0
+    consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": group, "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest"})
+    p = txn_producer(kafka, "tx-" + topic_name)
+    try:
+        consumer.subscribe([source])
+
+        def take(n: int) -> list[Any]:
+            got: list[Any] = []
+            deadline = time.monotonic() + 20
+            while len(got) < n and time.monotonic() < deadline:
+                msg = consumer.poll(0.2)
+                if msg is not None and not msg.error():
+                    got.append(msg)
+            assert len(got) == n
+            return got
+
+        def transform(batch: list[Any], commit: bool) -> None:
+            p.begin_transaction()
+            for msg in batch:
+                p.produce(sink, value=msg.value().upper())
+            p.send_offsets_to_transaction([TopicPartition(source, 0, batch[-1].offset() + 1)],
+                                          consumer.consumer_group_metadata(), 30)
+            if commit:
+                p.commit_transaction(30)
+            else:
+                p.abort_transaction(30)
+
+        transform(take(8), commit=True)
+        assert group_committed(kafka, group, source) == 8
+        transform(take(5), commit=False)
+        assert group_committed(kafka, group, source) == 8  # the aborted transaction moved nothing
+        consumer.seek(TopicPartition(source, 0, 8))  # the application rewinds to the committed position
+        transform(take(12), commit=True)
+        assert group_committed(kafka, group, source) == 20
+    finally:
+        consumer.close()
+    assert read_to_end(kafka, sink, 1, "read_committed") == [b"M%02d" % i for i in range(20)]

@@ -160,3 +160,88 @@ async def test_aiokafka_zombie_is_fenced(kafka: BrokerProcess, topic_name: str) 
         if fresh is not None:
             await fresh.stop()
     assert await aio_read(kafka, topic_name, 1, "read_committed") == [b"fresh"]
+
+
+# ----- consume-transform-produce -----------------------------------------------------------------
+def seed(kafka: BrokerProcess, topic: str, n: int) -> None:
+    create_topic(kafka, topic, 1)
+    p = KafkaProducer(bootstrap_servers=kafka.bootstrap)
+    for i in range(n):
+        p.send(topic, value=b"m%02d" % i, partition=0)
+    p.flush()
+    p.close()
+
+
+def committed_offset(kafka: BrokerProcess, group: str, topic: str) -> int | None:
+    c = KafkaConsumer(bootstrap_servers=kafka.bootstrap, group_id=group, enable_auto_commit=False)
+    try:
+        return c.committed(TopicPartition(topic, 0))  # type: ignore[no-any-return]
+    finally:
+        c.close()
+
+
+def test_kafka_python_send_offsets_to_transaction(kafka: BrokerProcess, topic_name: str) -> None:
+    from kafka.structs import OffsetAndMetadata
+
+    source, sink, group = topic_name + "-in", topic_name + "-out", "kp-ctp"
+    seed(kafka, source, 10)
+    create_topic(kafka, sink, 1)
+    consumer = KafkaConsumer(source, bootstrap_servers=kafka.bootstrap, group_id=group, enable_auto_commit=False,
+                             auto_offset_reset="earliest", fetch_max_wait_ms=100)
+    p = kp_producer(kafka, "kp-" + topic_name)
+    try:
+        got: list[Any] = []
+        deadline = time.monotonic() + 20
+        while len(got) < 10 and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=200).values():
+                got.extend(records)
+        assert len(got) == 10
+        for commit, (lo, hi) in ((True, (0, 6)), (False, (6, 10))):
+            p.begin_transaction()
+            for r in got[lo:hi]:
+                p.send(sink, value=r.value.upper(), partition=0)
+            p.send_offsets_to_transaction({TopicPartition(source, 0): OffsetAndMetadata(hi, "", -1)},
+                                          consumer.group_metadata())
+            if commit:
+                p.commit_transaction()
+            else:
+                p.abort_transaction()
+    finally:
+        p.close()
+        consumer.close()
+    assert committed_offset(kafka, group, source) == 6
+    assert kp_read(kafka, sink, 1, "read_committed") == [b"M%02d" % i for i in range(6)]
+
+
+async def test_aiokafka_send_offsets_to_transaction(kafka: BrokerProcess, topic_name: str) -> None:
+    source, sink, group = topic_name + "-in", topic_name + "-out", "aio-ctp"
+    seed(kafka, source, 10)
+    create_topic(kafka, sink, 1)
+    consumer = AIOKafkaConsumer(source, bootstrap_servers=kafka.bootstrap, group_id=group, enable_auto_commit=False,
+                                auto_offset_reset="earliest", isolation_level="read_committed",
+                                fetch_max_wait_ms=100)
+    await consumer.start()
+    p = await aio_producer(kafka, "aio-" + topic_name)
+    try:
+        got: list[Any] = []
+
+        async def take() -> None:
+            while len(got) < 10:
+                for records in (await consumer.getmany(timeout_ms=200)).values():
+                    got.extend(records)
+
+        await asyncio.wait_for(take(), 20)
+        tp = AioTopicPartition(source, 0)
+        async with p.transaction():
+            for r in got[:6]:
+                await p.send(sink, value=r.value.upper(), partition=0)
+            await p.send_offsets_to_transaction({tp: 6}, group)
+        await p.begin_transaction()
+        await p.send(sink, value=b"never", partition=0)
+        await p.send_offsets_to_transaction({tp: 10}, group)
+        await p.abort_transaction()
+        assert await consumer.committed(tp) == 6
+    finally:
+        await p.stop()
+        await consumer.stop()
+    assert await aio_read(kafka, sink, 1, "read_committed") == [b"M%02d" % i for i in range(6)]

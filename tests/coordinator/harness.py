@@ -12,7 +12,13 @@ from broker.coordinator.group.config import GroupCoordinatorConfig
 from broker.coordinator.group.membership import RequestInfo
 from broker.coordinator.group.shard import GroupCoordinatorShard
 from broker.coordinator.group.subscription import encode_subscription
-from broker.coordinator.result import CoordinatorResult, Deferred, Record
+from broker.coordinator.result import (
+    CoordinatorResult,
+    Deferred,
+    LoggedItem,
+    TransactionalRecord,
+    TxnMarker,
+)
 from broker.coordinator.timer import CoordinatorTimer, ManualClock, Op
 from protocol import messages as M
 from protocol.errors import ErrorCode
@@ -30,16 +36,21 @@ def sub(*topics: str) -> bytes:
 
 class ShardHarness:
     def __init__(self, config: GroupCoordinatorConfig = TEST_CONFIG, start_ms: int = START_MS,
-                 log: list[Record] | None = None) -> None:
+                 log: list[LoggedItem] | None = None) -> None:
         self.config = config
         self.clock = ManualClock(start_ms)
         self.queue: deque[Op] = deque()
         self.timer = CoordinatorTimer(self.clock, self.queue.append)
         self.shard = self._make_shard(config)
-        self.log: list[Record] = []
+        self.log: list[LoggedItem] = []
         if log is not None:
-            for key, value in log:
-                self.shard.replay(key, value)
+            for item in log:
+                if isinstance(item, TransactionalRecord):
+                    self.shard.replay_transactional(item.producer_id, item.key, item.value)
+                elif isinstance(item, TxnMarker):
+                    self.shard.replay_end_transaction(item.producer_id, item.committed)
+                else:
+                    self.shard.replay(item[0], item[1])
             self.log = list(log)
         self.shard.on_loaded(self.now)
 
@@ -53,10 +64,17 @@ class ShardHarness:
 
     def run(self, op: Op) -> CoordinatorResult[Any]:
         result = op(self.shard, self.now)
-        if result.replay:
-            for key, value in result.records:
-                self.shard.replay(key, value)
-        self.log.extend(result.records)
+        if result.producer is not None:  # a transactional producer's batch: logged as such
+            assert not result.replay
+            self.log.extend(TransactionalRecord(result.producer[0], k, v) for k, v in result.records)
+        else:
+            if result.replay:
+                for key, value in result.records:
+                    self.shard.replay(key, value)
+            self.log.extend(result.records)
+        if result.marker is not None:
+            assert not result.replay
+            self.log.append(result.marker)
         if result.on_durable is not None:
             result.on_durable()
         return result

@@ -110,3 +110,52 @@ async def test_compaction_keeps_the_state(tmp_path: Any) -> None:
         loaded.replay(key, value)
     assert persisted_view(loaded) == persisted_view(h.shard)
     logs.close()
+
+
+async def test_transactional_batches_and_markers_round_trip(tmp_path: Any) -> None:
+    from broker.coordinator.result import TransactionalRecord, TxnMarker
+    from protocol.records import iter_batches
+
+    logs = Logs(str(tmp_path), internal_topic_log_config(LogConfig()))
+    writer = LogPartitionWriter(logs.log_for)
+    assert writer.write(0, [(b"\x00\x01a", b"1")]) is None
+    writer.write(0, [(b"\x00\x01b", b"2"), (b"\x00\x01c", None)], producer=(42, 3))
+    writer.write_marker(0, TxnMarker(42, 3, False, 0))
+    assert list(writer.read(0)) == [
+        (b"\x00\x01a", b"1"), TransactionalRecord(42, b"\x00\x01b", b"2"), TransactionalRecord(42, b"\x00\x01c", None),
+        TxnMarker(42, 3, False, 0)]
+    headers = [h for _, h in iter_batches(logs.log_for(0).read_bytes(0, 1 << 20))]
+    assert [(h.is_transactional, h.is_control, h.producer_id, h.producer_epoch) for h in headers] == [
+        (False, False, -1, -1), (True, False, 42, 3), (True, True, 42, 3)]
+    logs.close()
+
+
+async def test_transactional_offsets_survive_reopening_the_log(tmp_path: Any) -> None:
+    config = internal_topic_log_config(LogConfig())
+    logs = Logs(str(tmp_path), config)
+    values = {"offsets.topic.num.partitions": 1}
+    coordinator = create_group_coordinator(LogPartitionWriter(logs.log_for), values, ManualClock(1000))
+    await coordinator.start()
+    R = M.TxnOffsetCommitRequest
+
+    def txn(pid: int, offset: int) -> Any:
+        return R(transactional_id="t%d" % pid, group_id="g", producer_id=pid, producer_epoch=0, topics=[
+            R.TxnOffsetCommitRequestTopic(name="t", partitions=[R.TxnOffsetCommitRequestPartition(
+                partition_index=0, committed_offset=offset, committed_metadata="")])])
+
+    await coordinator.commit_transactional_offsets(txn(1, 10), 0)
+    await coordinator.complete_transaction(0, 1, 0, True)
+    await coordinator.commit_transactional_offsets(txn(2, 20), 0)  # left open
+    await coordinator.stop()
+    logs.close()
+
+    coordinator = create_group_coordinator(LogPartitionWriter(logs.log_for), values, ManualClock(2000))
+    await coordinator.start()
+    assert await fetch(coordinator, "g") == 10
+    stable = await coordinator.fetch_offsets(M.OffsetFetchRequest.OffsetFetchRequestGroup(group_id="g", topics=None),
+                                             True)
+    assert stable.topics[0].partitions[0].error_code == 88  # UNSTABLE_OFFSET_COMMIT
+    await coordinator.complete_transaction(0, 2, 0, True)
+    assert await fetch(coordinator, "g") == 20
+    await coordinator.stop()
+    logs.close()

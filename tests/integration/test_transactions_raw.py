@@ -243,3 +243,87 @@ def test_describe_and_list_transactions(bt: BrokerThread, c: RawClient) -> None:
     listed = c.call(LIST_TXNS, 1, L(state_filters=["Ongoing"], duration_filter=3_600_000))
     assert listed.transaction_states == []
     end(c, "dl-open", pid, epoch, False)
+
+
+# ----- offsets in transactions -----------------------------------------------------------------
+ADD_OFFSETS, TXN_OFFSET_COMMIT, OFFSET_FETCH = 25, 28, 9
+
+
+def add_offsets(c: RawClient, tid: str, pid: int, epoch: int, group: str, version: int = 0) -> int:
+    return int(c.call(ADD_OFFSETS, version, M.AddOffsetsToTxnRequest(
+        transactional_id=tid, producer_id=pid, producer_epoch=epoch, group_id=group)).error_code)
+
+
+def txn_offset_commit(c: RawClient, tid: str, pid: int, epoch: int, group: str,
+                      offsets: dict[tuple[str, int], int], version: int = 3) -> dict[tuple[str, int], int]:
+    R = M.TxnOffsetCommitRequest
+    topics: dict[str, list[Any]] = {}
+    for (t, p), o in offsets.items():
+        topics.setdefault(t, []).append(R.TxnOffsetCommitRequestPartition(
+            partition_index=p, committed_offset=o, committed_leader_epoch=-1, committed_metadata="m"))
+    r = c.call(TXN_OFFSET_COMMIT, version, R(transactional_id=tid, group_id=group, producer_id=pid,
+                                            producer_epoch=epoch, topics=[
+                                                R.TxnOffsetCommitRequestTopic(name=t, partitions=ps)
+                                                for t, ps in topics.items()]))
+    return {(t.name, p.partition_index): p.error_code for t in r.topics for p in t.partitions}
+
+
+def fetch_stable(c: RawClient, group: str, topic: str, partition: int, version: int = 7) -> tuple[int, int]:
+    R = M.OffsetFetchRequest
+    if version >= 8:
+        r = c.call(OFFSET_FETCH, version, R(require_stable=True, groups=[R.OffsetFetchRequestGroup(
+            group_id=group, topics=[R.OffsetFetchRequestTopics(name=topic, partition_indexes=[partition])])]))
+        p = r.groups[0].topics[0].partitions[0]
+    else:
+        r = c.call(OFFSET_FETCH, version, R(group_id=group, require_stable=True, topics=[
+            R.OffsetFetchRequestTopic(name=topic, partition_indexes=[partition])]))
+        p = r.topics[0].partitions[0]
+    return p.error_code, p.committed_offset
+
+
+@pytest.mark.parametrize("version", range(0, 4))
+def test_transactional_offsets_commit_with_the_transaction(bt: BrokerThread, c: RawClient, version: int) -> None:
+    topic, group, tid = "to-%d" % version, "tg-%d" % version, "tot-%d" % version
+    bt.create_topic(topic, 1)
+    pid, epoch = begin(c, tid, topic)
+    # without AddOffsetsToTxn the group's partition is not in the transaction
+    assert txn_offset_commit(c, tid, pid, epoch, group, {(topic, 0): 3}, version) == {(topic, 0): E.INVALID_TXN_STATE}
+    assert add_offsets(c, tid, pid, epoch, group, min(version, 4)) == 0
+    assert txn_offset_commit(c, tid, pid, epoch, group, {(topic, 0): 3, (topic, 9): 1, ("nope", 0): 1}, version) == {
+        (topic, 0): 0, (topic, 9): E.UNKNOWN_TOPIC_OR_PARTITION, ("nope", 0): E.UNKNOWN_TOPIC_OR_PARTITION}
+    assert fetch_stable(c, group, topic, 0) == (E.UNSTABLE_OFFSET_COMMIT, -1)
+    assert fetch_stable(c, group, topic, 0, version=8) == (E.UNSTABLE_OFFSET_COMMIT, -1)
+    assert end(c, tid, pid, epoch, True).error_code == 0
+    assert fetch_stable(c, group, topic, 0) == (0, 3)
+    # the next transaction aborts: the offset stays
+    assert add_offsets(c, tid, pid, epoch, group) == 0
+    assert txn_offset_commit(c, tid, pid, epoch, group, {(topic, 0): 8}, version) == {(topic, 0): 0}
+    assert end(c, tid, pid, epoch, False).error_code == 0
+    assert fetch_stable(c, group, topic, 0) == (0, 3)
+
+
+def test_txn_offset_commit_errors(bt: BrokerThread, c: RawClient) -> None:
+    bt.create_topic("toe", 1)
+    pid, epoch = begin(c, "toe", "toe")
+    # before AddOffsetsToTxn, in newer clients' words
+    assert txn_offset_commit(c, "toe", pid, epoch, "g", {("toe", 0): 1}, version=4) == {
+        ("toe", 0): E.TRANSACTION_ABORTABLE}
+    assert add_offsets(c, "toe", pid, epoch + 1, "g", 1) == E.INVALID_PRODUCER_EPOCH
+    assert add_offsets(c, "toe", pid, epoch + 1, "g", 2) == E.PRODUCER_FENCED
+    assert add_offsets(c, "toe", pid, epoch, "g") == 0
+    assert txn_offset_commit(c, "toe", pid, epoch + 1, "g", {("toe", 0): 1}) == {("toe", 0): E.INVALID_PRODUCER_EPOCH}
+    assert txn_offset_commit(c, "toe", pid, epoch, "", {("toe", 0): 1}) == {("toe", 0): E.INVALID_GROUP_ID}
+    assert txn_offset_commit(c, "other", pid, epoch, "g", {("toe", 0): 1}) == {
+        ("toe", 0): E.INVALID_PRODUCER_ID_MAPPING}
+    end(c, "toe", pid, epoch, False)
+
+
+def test_txn_offset_commit_v5_adds_the_group_partition(bt: BrokerThread, c: RawClient) -> None:
+    bt.create_topic("to5", 1)
+    r = init(c, "to5", version=5)
+    pid, epoch = r.producer_id, r.producer_epoch
+    assert txn_produce(c, "to5", 0, "to5", pid, epoch, 0, [b"x"], version=12).error_code == 0
+    assert txn_offset_commit(c, "to5", pid, epoch, "g5", {("to5", 0): 4}, version=5) == {("to5", 0): 0}
+    assert fetch_stable(c, "g5", "to5", 0) == (E.UNSTABLE_OFFSET_COMMIT, -1)
+    assert end(c, "to5", pid, epoch, True, version=5).error_code == 0
+    assert fetch_stable(c, "g5", "to5", 0) == (0, 4)

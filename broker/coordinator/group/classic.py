@@ -424,7 +424,8 @@ class ClassicGroup:
         if member_id not in self.members:
             raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID)
 
-    def validate_offset_commit(self, member_id: str, instance_id: str | None, generation_id: int) -> None:
+    def validate_offset_commit(self, member_id: str, instance_id: str | None, generation_id: int,
+                               transactional: bool = False) -> None:
         if self.state is GroupState.DEAD:
             raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
         if generation_id < 0 and self.state is GroupState.EMPTY:
@@ -433,9 +434,10 @@ class ClassicGroup:
             self.validate_member(member_id, instance_id)
             if generation_id != self.generation_id:
                 raise KafkaError(ErrorCode.ILLEGAL_GENERATION)
-        elif self.state is not GroupState.EMPTY:
+        elif not transactional and self.state is not GroupState.EMPTY:
+            # TxnOffsetCommit before v3 carries no member: Kafka accepts it in any state
             raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID)
-        if self.state is GroupState.COMPLETING_REBALANCE:
+        if not transactional and self.state is GroupState.COMPLETING_REBALANCE:
             raise KafkaError(ErrorCode.REBALANCE_IN_PROGRESS)
 
     def validate_offset_delete(self) -> None:

@@ -230,12 +230,49 @@ class GroupCoordinator:
         except Exception as exc:
             return M.OffsetFetchResponse.OffsetFetchResponseGroup(group_id=request.group_id, error_code=_code(exc))
 
+    # ----- transactions -------------------------------------------------------------------
+    async def markers_seen(self, group_id: str, producer_id: int) -> int:
+        """How many transaction markers of the producer the group's partition has applied (taken
+        before a TxnOffsetCommit is verified with the transaction coordinator)."""
+        count: int = await self.runtime.read_now(self.partition_for(group_id),
+                                                 lambda s: s.markers_seen(producer_id), "markers-seen")
+        return count
+
+    async def commit_transactional_offsets(self, request: Any, markers_seen: int) -> Any:
+        """request: a TxnOffsetCommitRequest whose topics all exist; on a group-level error every
+        partition carries the error code."""
+        try:
+            return await self.runtime.write(
+                self.partition_for(request.group_id),
+                lambda s, now: s.commit_transactional_offsets(request, markers_seen, now), "txn-commit-offsets")
+        except Exception as exc:
+            return txn_offset_commit_error(request, _code(exc))
+
+    async def complete_transaction(self, partition: int, producer_id: int, epoch: int, committed: bool,
+                                   coordinator_epoch: int = 0) -> None:
+        """Write the transaction coordinator's marker to `__consumer_offsets-<partition>` and apply
+        it (pending transactional offsets committed or dropped). Raises KafkaError."""
+        await self.runtime.write(
+            partition, lambda s, now: s.complete_transaction(producer_id, epoch, committed, coordinator_epoch, now),
+            "complete-transaction")
+
     async def delete_offsets(self, request: Any) -> Any:
         try:
             return await self.runtime.write(
                 self.partition_for(request.group_id), lambda s, now: s.delete_offsets(request, now), "delete-offsets")
         except Exception as exc:
             return M.OffsetDeleteResponse(error_code=_code(exc))
+
+
+def txn_offset_commit_error(request: Any, code: ErrorCode) -> Any:
+    """A TxnOffsetCommit response with `code` for every partition of the request."""
+    R = M.TxnOffsetCommitResponse
+    return R(topics=[
+        R.TxnOffsetCommitResponseTopic(name=t.name, partitions=[
+            R.TxnOffsetCommitResponsePartition(partition_index=p.partition_index, error_code=code)
+            for p in t.partitions])
+        for t in request.topics
+    ])
 
 
 def create_group_coordinator(

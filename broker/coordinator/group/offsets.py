@@ -5,8 +5,12 @@ deletes) applied by replay, so the handlers here only validate and build records
 group that does not exist, with generation -1, creates a "simple" group (Empty, no protocol
 type) when the record is replayed, as Kafka does.
 
-Transactional offsets (TxnOffsetCommit) are not kept yet; `has_pending_transactional_offsets`
-is the hook where OffsetFetch's require_stable and expiry will consult them.
+Transactional offsets (TxnOffsetCommit, KIP-98/KIP-447) are written as the producer's
+transactional batch and kept pending per producer id until the transaction's marker: a COMMIT
+moves them to the store (unless a plain commit of the same partition came later: the latest
+record wins, as Kafka's record offsets decide), an ABORT drops them. While some are pending,
+OffsetFetch with RequireStable answers UNSTABLE_OFFSET_COMMIT for those partitions and they do
+not expire.
 """
 
 from __future__ import annotations
@@ -79,6 +83,17 @@ def _partition_response(partition: int, om: OffsetAndMetadata | None, code: Erro
     )
 
 
+class PendingOffset:
+    """A transactional offset waiting for its transaction's marker; `superseded` once a plain
+    commit of the same partition was written after it."""
+
+    __slots__ = ("om", "superseded")
+
+    def __init__(self, om: OffsetAndMetadata) -> None:
+        self.om = om
+        self.superseded = False
+
+
 class OffsetManager:
     def __init__(self, groups: dict[str, ClassicGroup], membership: ClassicGroupManager,
                  config: GroupCoordinatorConfig) -> None:
@@ -86,19 +101,61 @@ class OffsetManager:
         self.membership = membership
         self.config = config
         self.store = OffsetStore()
+        # producer id -> group -> (topic, partition) -> the pending transactional offset
+        self.pending: dict[int, dict[str, dict[tuple[str, int], PendingOffset]]] = {}
+        self.open_transactions: dict[str, set[int]] = {}  # group -> producer ids with pending offsets
+        self.markers: dict[int, int] = {}  # producer id -> markers replayed (TxnOffsetCommit's guard)
 
     # ----- replay -------------------------------------------------------------------------
     def replay(self, group_id: str, topic: str, partition: int, om: OffsetAndMetadata | None) -> None:
+        open_pids = self.open_transactions.get(group_id)
         if om is None:
             self.store.remove(group_id, topic, partition)
+            if open_pids:  # a tombstone removes the pending commits of the partition too
+                for pid in open_pids:
+                    self.pending[pid][group_id].pop((topic, partition), None)
             return
         if group_id not in self.groups:
             # Offsets without membership: a simple group (Empty, no protocol type).
             self.groups[group_id] = ClassicGroup(group_id)
         self.store.put(group_id, topic, partition, om)
+        if open_pids:  # written after them: it wins over pending transactional commits
+            for pid in open_pids:
+                pending = self.pending[pid][group_id].get((topic, partition))
+                if pending is not None:
+                    pending.superseded = True
+
+    def replay_transactional(self, producer_id: int, group_id: str, topic: str, partition: int,
+                             om: OffsetAndMetadata | None) -> None:
+        if om is None:
+            self.replay(group_id, topic, partition, None)
+            return
+        if group_id not in self.groups:
+            self.groups[group_id] = ClassicGroup(group_id)
+        self.pending.setdefault(producer_id, {}).setdefault(group_id, {})[(topic, partition)] = PendingOffset(om)
+        self.open_transactions.setdefault(group_id, set()).add(producer_id)
+
+    def replay_end_transaction(self, producer_id: int, committed: bool) -> None:
+        self.markers[producer_id] = self.markers.get(producer_id, 0) + 1
+        by_group = self.pending.pop(producer_id, None)
+        if by_group is None:
+            return
+        for group_id, offsets in by_group.items():
+            open_pids = self.open_transactions.get(group_id)
+            if open_pids is not None:
+                open_pids.discard(producer_id)
+                if not open_pids:
+                    del self.open_transactions[group_id]
+            if committed:
+                for (topic, partition), pending in offsets.items():
+                    if not pending.superseded:
+                        self.store.put(group_id, topic, partition, pending.om)
 
     def has_pending_transactional_offsets(self, group_id: str, topic: str, partition: int) -> bool:
-        return False
+        open_pids = self.open_transactions.get(group_id)
+        if not open_pids:
+            return False
+        return any((topic, partition) in self.pending[pid][group_id] for pid in open_pids)
 
     # ----- OffsetCommit -------------------------------------------------------------------
     def commit_offsets(self, request: Any, api_version: int, now: int) -> CoordinatorResult[Any]:
@@ -157,6 +214,55 @@ class OffsetManager:
             member = group.members.get(request.member_id)
             if member is not None:
                 self.membership.reschedule_heartbeat(group, member)
+
+    # ----- TxnOffsetCommit ----------------------------------------------------------------
+    def commit_transactional_offsets(self, request: Any, now: int, markers_seen: int) -> CoordinatorResult[Any]:
+        """request: a TxnOffsetCommitRequest whose topics all exist. `markers_seen`: how many
+        markers of the producer this shard had replayed when the transaction was verified; one
+        more since means the transaction ended meanwhile (Kafka's verification guard)."""
+        if self.markers.get(request.producer_id, 0) != markers_seen:
+            raise KafkaError(E.INVALID_TXN_STATE, "the transaction ended while the offsets were verified")
+        self._validate_transactional_commit(request)
+        group_id = request.group_id
+        max_metadata = self.config.offset_metadata_max_bytes
+        R = M.TxnOffsetCommitResponse
+        records: list[Record] = []
+        topics = []
+        for topic in request.topics:
+            partitions = []
+            for p in topic.partitions:
+                metadata = p.committed_metadata
+                if metadata is not None and len(metadata) > max_metadata:
+                    partitions.append(R.TxnOffsetCommitResponsePartition(
+                        partition_index=p.partition_index, error_code=E.OFFSET_METADATA_TOO_LARGE))
+                    continue
+                om = OffsetAndMetadata(committed_offset=p.committed_offset, leader_epoch=p.committed_leader_epoch,
+                                       metadata=metadata or "", commit_timestamp_ms=now)
+                records.append(offset_commit_record(group_id, topic.name, p.partition_index, om))
+                self.replay_transactional(request.producer_id, group_id, topic.name, p.partition_index, om)
+                partitions.append(R.TxnOffsetCommitResponsePartition(partition_index=p.partition_index,
+                                                                     error_code=E.NONE))
+            topics.append(R.TxnOffsetCommitResponseTopic(name=topic.name, partitions=partitions))
+        return CoordinatorResult(records=records, response=R(topics=topics), replay=False,
+                                 producer=(request.producer_id, request.producer_epoch))
+
+    def _validate_transactional_commit(self, request: Any) -> None:
+        """KIP-447: a member's commit is checked against the group's generation and members."""
+        if not request.group_id:
+            raise KafkaError(E.INVALID_GROUP_ID)
+        group = self.groups.get(request.group_id)
+        generation = request.generation_id
+        if group is None:
+            if generation < 0:
+                return  # a simple group, created when the record is replayed
+            raise KafkaError(E.ILLEGAL_GENERATION)
+        if isinstance(group, ConsumerGroup):
+            try:
+                group.validate_offset_commit(request.member_id, request.group_instance_id, generation, 9)
+            except KafkaError as exc:
+                raise KafkaError(E.ILLEGAL_GENERATION) if exc.code is E.STALE_MEMBER_EPOCH else exc from None
+            return
+        group.validate_offset_commit(request.member_id, request.group_instance_id, generation, transactional=True)
 
     # ----- OffsetFetch --------------------------------------------------------------------
     def fetch_offsets(self, request: Any, require_stable: bool) -> Any:
@@ -224,10 +330,17 @@ class OffsetManager:
 
     def delete_all_offsets(self, group_id: str, records: list[Record]) -> int:
         n = 0
-        for topic, partitions in self.store.group(group_id).items():
+        stored = self.store.group(group_id)
+        for topic, partitions in stored.items():
             for partition in partitions:
                 records.append(offset_commit_tombstone(group_id, topic, partition))
                 n += 1
+        # pending transactional offsets too (one tombstone for a partition in both)
+        for pid in sorted(self.open_transactions.get(group_id, ())):
+            for topic, partition in self.pending[pid][group_id]:
+                if partition not in stored.get(topic, {}):
+                    records.append(offset_commit_tombstone(group_id, topic, partition))
+                    n += 1
         return n
 
     # ----- expiry -------------------------------------------------------------------------
@@ -258,10 +371,12 @@ class OffsetManager:
         return all_expired
 
     def cleanup_expired_offsets_and_groups(self, now: int) -> list[Record]:
-        """The periodic sweep: expired offsets, then empty groups left without offsets."""
+        """The periodic sweep: expired offsets, then empty groups left without offsets (and
+        without transactional offsets pending)."""
         records: list[Record] = []
         for group_id, group in list(self.groups.items()):
-            if self.cleanup_expired_offsets(group_id, now, records) and group.is_empty():
+            if self.cleanup_expired_offsets(group_id, now, records) and group.is_empty() and \
+                    group_id not in self.open_transactions:
                 if isinstance(group, ConsumerGroup):
                     records.extend(group.tombstones())
                 else:

@@ -32,7 +32,7 @@ from broker.coordinator.group.records import (
     group_metadata_tombstone,
     parse_record,
 )
-from broker.coordinator.result import CoordinatorResult, Record
+from broker.coordinator.result import CoordinatorResult, Record, TxnMarker
 from broker.coordinator.timer import Timer
 from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
@@ -74,6 +74,18 @@ class GroupCoordinatorShard:
         else:
             # KIP-848 and share group records are not hosted by this shard yet.
             log.debug("ignoring coordinator record", record_type=record_type)
+
+    def replay_transactional(self, producer_id: int, key: bytes, value: bytes | None) -> None:
+        """A record of a transactional batch (TxnOffsetCommit): pending until its marker."""
+        record_type, k, v = parse_record(key, value)
+        if record_type in (OFFSET_COMMIT, LEGACY_OFFSET_COMMIT):
+            self.offsets.replay_transactional(producer_id, k.group, k.topic, k.partition,
+                                              None if v is None else OffsetAndMetadata.from_value(v))
+        else:
+            self.replay(key, value)
+
+    def replay_end_transaction(self, producer_id: int, committed: bool) -> None:
+        self.offsets.replay_end_transaction(producer_id, committed)
 
     def on_loaded(self, now_ms: int) -> None:
         self.classic.on_loaded(now_ms)
@@ -157,6 +169,19 @@ class GroupCoordinatorShard:
 
     def delete_offsets(self, request: Any, now_ms: int) -> CoordinatorResult[Any]:
         return self.offsets.delete_offsets(request)
+
+    # ----- transactions -------------------------------------------------------------------
+    def commit_transactional_offsets(self, request: Any, markers_seen: int, now_ms: int) -> CoordinatorResult[Any]:
+        return self.offsets.commit_transactional_offsets(request, now_ms, markers_seen)
+
+    def markers_seen(self, producer_id: int) -> int:
+        return self.offsets.markers.get(producer_id, 0)
+
+    def complete_transaction(self, producer_id: int, epoch: int, committed: bool, coordinator_epoch: int,
+                             now_ms: int) -> CoordinatorResult[Any]:
+        """The transaction coordinator's marker for this partition: written, then applied."""
+        self.offsets.replay_end_transaction(producer_id, committed)
+        return CoordinatorResult(marker=TxnMarker(producer_id, epoch, committed, coordinator_epoch), replay=False)
 
     # ----- DeleteGroups -------------------------------------------------------------------
     def delete_groups(self, group_ids: list[str], now_ms: int) -> CoordinatorResult[Any]:
