@@ -32,6 +32,7 @@ from broker.metadata import RESOURCE_CLIENT_METRICS, RESOURCE_TOPIC, MetadataSto
 from broker.metrics import Metrics
 from broker.partition import PartitionManager
 from broker.quorum import start_new_epoch
+from broker.security.authorizer import Authorizer
 from broker.security.listeners import build_listeners
 from broker.server import KafkaServer
 from broker.telemetry import ClientTelemetry
@@ -121,6 +122,7 @@ class Broker:
         self.default_log_config = LogConfig.from_broker_properties(config.raw)
         self.logs = LogManager(config.log_dirs, self.default_log_config, topic_config=self._topic_log_config)
         self.metadata: MetadataStore = None  # type: ignore[assignment]  # set in start()
+        self.authorizer: Authorizer | None = None  # authorizer.class.name; set in start() (None: all allowed)
         self.group_coordinator: GroupCoordinator = None  # type: ignore[assignment]  # set in start()
         self.txn_coordinator: TransactionCoordinator = None  # type: ignore[assignment]  # set in start()
         self.partitions = PartitionManager(self.logs)
@@ -150,6 +152,7 @@ class Broker:
         self.metadata_directory_id = read_directory_id(Path(metadata_log.dir).parent)
         self.quorum_epoch = await asyncio.to_thread(start_new_epoch, metadata_log.dir, self.node_id)
         self.metadata.load()
+        self.authorizer = Authorizer.from_config(self.config, self.metadata.image)
         self.metadata.bootstrap(self.config.static_min_insync_replicas)
         self.apply_dynamic_configs()  # logs were loaded before the metadata: give them their configs
         for info in list(self.metadata.topics.values()):

@@ -63,6 +63,8 @@ _PROPS: list[Prop] = [
     Prop("ssl.cipher.suites", "list", None, "Cipher suites (IANA or OpenSSL names); null: OpenSSL's defaults."),
     Prop("ssl.principal.mapping.rules", "string", "DEFAULT", "Rules mapping a client certificate's DN to a principal."),
     Prop("ssl.endpoint.identification.algorithm", "string", "https", "Host name verification (client side; unused)."),
+    Prop("sasl.jaas.config", "password", None,
+         "JAAS entry of a SASL mechanism; set per listener as listener.name.<l>.<mechanism>.sasl.jaas.config."),
     Prop("sasl.enabled.mechanisms", "list", ["GSSAPI"],
          "SASL mechanisms of SASL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER (GSSAPI is not served)."),
     Prop("sasl.mechanism.inter.broker.protocol", "string", "GSSAPI", "Mechanism between brokers (unused)."),
@@ -173,6 +175,15 @@ _PROPS: list[Prop] = [
 ]
 
 PROPS: dict[str, Prop] = {p.name: p for p in _PROPS}
+
+
+def base_property(name: str) -> Prop | None:
+    """The property a name sets, also through a listener prefix (listener.name.<l>.[<mechanism>.]<prop>)."""
+    prop = PROPS.get(name)
+    if prop is not None or not name.startswith("listener.name."):
+        return prop
+    rest = name[len("listener.name."):].split(".", 1)[-1]  # drop the listener name
+    return PROPS.get(rest) or PROPS.get(rest.split(".", 1)[-1])  # and a mechanism prefix
 
 
 def _parse(prop: Prop, raw: Any) -> Any:

@@ -96,6 +96,14 @@ class MetadataImage:
         self.features: dict[str, int] = {}  # finalized feature levels (FeatureLevelRecord); 0 is absent
         self.next_producer_id = 0
         self.records = 0  # records replayed: the next offset of the metadata log
+        # security (broker/security/): ACLs by id, SCRAM credentials by (user, mechanism type),
+        # client quotas by entity ((type, name or None for the default), ...); each kind's version
+        # moves with every change so that readers rebuild their indexes
+        self.acls: dict[uuid.UUID, Any] = {}  # AccessControlEntryRecord
+        self.scram: dict[tuple[str, int], Any] = {}  # UserScramCredentialRecord
+        self.client_quotas: dict[tuple[tuple[str, str | None], ...], dict[str, float]] = {}
+        self.acl_version = 0
+        self.quota_version = 0
 
     def replay(self, record: Any) -> None:
         self.records += 1
@@ -130,6 +138,8 @@ class MetadataImage:
                     del self.resource_configs[record.resource_type][record.resource_name]
         elif isinstance(record, M.ProducerIdsRecord):
             self.next_producer_id = max(self.next_producer_id, record.next_producer_id)
+        elif isinstance(record, _SECURITY_RECORDS):
+            self._replay_security(record)
         elif isinstance(record, M.FeatureLevelRecord):
             # as Kafka: a kraft.version record is skipped (the quorum owns that level), 0 removes
             if record.name == features.KRAFT_VERSION:
@@ -138,6 +148,33 @@ class MetadataImage:
                 self.features.pop(record.name, None)
             else:
                 self.features[record.name] = record.feature_level
+
+
+    def _replay_security(self, record: Any) -> None:
+        if isinstance(record, M.AccessControlEntryRecord):
+            self.acls[record.id] = record
+            self.acl_version += 1
+        elif isinstance(record, M.RemoveAccessControlEntryRecord):
+            self.acls.pop(record.id, None)
+            self.acl_version += 1
+        elif isinstance(record, M.UserScramCredentialRecord):
+            self.scram[(record.name, record.mechanism)] = record
+        elif isinstance(record, M.RemoveUserScramCredentialRecord):
+            self.scram.pop((record.name, record.mechanism), None)
+        else:  # ClientQuotaRecord
+            entity = tuple(sorted((e.entity_type, e.entity_name) for e in record.entity))
+            values = self.client_quotas.setdefault(entity, {})
+            if record.remove:
+                values.pop(record.key, None)
+                if not values:
+                    del self.client_quotas[entity]
+            else:
+                values[record.key] = record.value
+            self.quota_version += 1
+
+
+_SECURITY_RECORDS = (M.AccessControlEntryRecord, M.RemoveAccessControlEntryRecord, M.UserScramCredentialRecord,
+                     M.RemoveUserScramCredentialRecord, M.ClientQuotaRecord)
 
 
 class MetadataLog(Protocol):
@@ -299,6 +336,12 @@ class MetadataStore:
             M.ConfigRecord(resource_type=resource_type, resource_name=resource_name, name=k, value=v)
             for k, v in sorted(changes.items())
         ]
+        if records:
+            self._commit(records)
+
+    def append_records(self, records: list[Any]) -> None:
+        """Make records already validated by their owner durable, then apply them (ACLs, SCRAM
+        credentials and client quotas are checked in broker/security/, as Kafka's control managers)."""
         if records:
             self._commit(records)
 

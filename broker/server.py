@@ -33,9 +33,10 @@ import structlog
 
 from broker.apis import APIS, error_response
 from broker.log.segment import FileSlice
-from broker.security.connection import TlsAcceptor, tls_principal
+from broker.security.connection import TlsAcceptor, new_authenticator, tls_principal
 from broker.security.listeners import Listener
 from broker.security.principal import ANONYMOUS
+from broker.security.sasl.authenticator import Action, Outcome, SaslAuthenticator
 from protocol import frames
 from protocol.errors import ErrorCode, KafkaError, ProtocolError
 from protocol.messages import decode_request, encode_parts
@@ -92,6 +93,7 @@ class Connection(asyncio.BufferedProtocol):
         self.listener = listener  # the listener the client came in on (None: a bare test server)
         self.principal = ANONYMOUS  # who the client is: set by TLS (client certificate) or SASL
         self.client_software = ("unknown", "unknown")  # name and version from ApiVersions v3+ (Kafka's ClientInformation)
+        self.sasl: SaslAuthenticator | None = None  # SASL listeners: sees every frame before the request path
         self.splitter = frames.FrameSplitter(server.max_request_size, server.buffers)
         self.queue: collections.deque[memoryview] = collections.deque()
         self.queued_bytes = 0
@@ -118,6 +120,9 @@ class Connection(asyncio.BufferedProtocol):
             self.principal = tls_principal(transport, listener)  # the handshake is done: the peer is known
         elif sock is not None and hasattr(os, "sendfile"):
             self.socket_fd = sock.fileno()
+        if listener is not None and listener.sasl is not None:
+            self.sasl = new_authenticator(listener, self.server.broker)
+            self.splitter.max_size = listener.sasl.max_receive_size  # sasl.server.max.receive.size
         self.server.connections.add(self)
 
     def get_buffer(self, sizehint: int) -> memoryview:
@@ -198,6 +203,11 @@ class Connection(asyncio.BufferedProtocol):
             self.last_active = time.monotonic()
 
     async def _handle(self, frame: memoryview) -> None:
+        if self.sasl is not None:
+            outcome = self.sasl.on_frame(frame)
+            if outcome.action is not Action.PASS:
+                await self._sasl_turn(outcome)
+                return
         try:
             header = frames.decode_request_header(frame)
         except ProtocolError as exc:
@@ -274,6 +284,37 @@ class Connection(asyncio.BufferedProtocol):
                 "request", client_id=header.client_id, api=api.name, version=header.api_version,
                 correlation_id=header.correlation_id, latency_ms=round((time.monotonic() - ctx.received) * 1000, 3),
             )
+
+    async def _sasl_turn(self, outcome: Outcome) -> None:
+        """Carry out what the SASL authenticator decided for a frame (broker/security/sasl)."""
+        sasl = self.sasl
+        assert sasl is not None
+        header = outcome.header
+        if outcome.action is Action.RESPOND and header is not None:
+            self._send(outcome.response, header, header.api_version,
+                       frames.response_header_version(header.api_key, header.api_version))
+        elif outcome.action is Action.RAW and outcome.raw is not None and self.transport is not None:
+            self.transport.write(outcome.raw)
+        elif outcome.action is Action.FAIL:
+            log.warning("closing connection: authentication failed", peer=self.peer,
+                        listener=self.listener.name if self.listener else None, mechanism=sasl.mechanism,
+                        reason=outcome.reason)
+            await asyncio.sleep(sasl.settings.failed_delay_ms / 1000.0)  # connection.failed.authentication.delay.ms
+            response = outcome.response
+            if outcome.error is not None and header is not None:
+                response = error_response(header.api_key, outcome.request, outcome.error, header.api_version)
+            if response is not None and header is not None:
+                self._send(response, header, header.api_version,
+                           frames.response_header_version(header.api_key, header.api_version))
+            self.close()
+            return
+        else:
+            log.warning("closing connection: SASL protocol violation", peer=self.peer, reason=outcome.reason)
+            self.close()
+            return
+        if sasl.authenticated:
+            self.principal = sasl.principal
+            self.splitter.max_size = self.server.max_request_size
 
     def _send(self, response: Any, header: frames.RequestHeader, version: int, header_version: int) -> list[Any] | None:
         """Encode and write the response: joined into one buffer when it holds no log data; else

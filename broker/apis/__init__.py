@@ -28,6 +28,7 @@ def error_response(api_key: int, request: Any, code: ErrorCode, version: int = 0
 def load_handlers() -> None:
     """Import every handler module so each registers its APIs."""
     from broker.apis import (  # noqa: F401
+        acls,
         api_versions,
         cluster,
         config_resources,
@@ -40,6 +41,7 @@ def load_handlers() -> None:
         offsets,
         offsets_lookup,
         produce,
+        sasl,
         telemetry,
         topics,
         txn,

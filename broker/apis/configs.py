@@ -28,7 +28,7 @@ from broker.apis.config_resources import (
     describe_client_metrics,
 )
 from broker.apis.registry import api
-from broker.config import PROPS, BrokerConfig
+from broker.config import PROPS, BrokerConfig, base_property
 from broker.log.config import BROKER_SYNONYMS, TOPIC_CONFIGS
 from broker.metadata import (
     MIN_INSYNC_REPLICAS,
@@ -163,7 +163,7 @@ def is_dynamic_broker_config(name: str) -> bool:
 
 
 def _is_sensitive(name: str) -> bool:
-    prop = PROPS.get(name)
+    prop = base_property(name)  # a listener's own ssl.* or sasl.jaas.config is as secret as the broker's
     return prop is not None and (prop.sensitive or prop.type == "password")
 
 

@@ -1,5 +1,5 @@
-"""The security side of a connection: TLS accept with logged handshake failures, and the
-principal a client certificate maps to.
+"""The security side of a connection: TLS accept with logged handshake failures, the principal
+a client certificate maps to, and the SASL authenticator of a SASL listener's connection.
 
 TLS listeners accept sockets themselves and hand each to the event loop's TLS transport
 (`loop.connect_accepted_socket(..., ssl=...)`), which completes the handshake before the
@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -20,10 +21,26 @@ import structlog
 
 from broker.security.listeners import Listener
 from broker.security.principal import ANONYMOUS, NoMatchingRule, distinguished_name, user
+from broker.security.sasl.authenticator import SaslAuthenticator
+from broker.security.sasl.scram import MECHANISMS as SCRAM_MECHANISMS
+from broker.security.sasl.scram import ScramCredential
 
 log = structlog.get_logger("broker.security")
 
 HANDSHAKE_TIMEOUT_S = 60.0
+
+
+def new_authenticator(listener: Listener, broker: Any) -> SaslAuthenticator:
+    """The SASL authenticator of a new connection on a SASL listener; SCRAM credentials come from
+    the metadata image as it is when the client authenticates."""
+
+    def credential_of(mechanism: str, name: str) -> ScramCredential | None:
+        record = broker.metadata.image.scram.get((name, SCRAM_MECHANISMS[mechanism].type))
+        if record is None:
+            return None
+        return ScramCredential(record.salt, record.stored_key, record.server_key, record.iterations)
+
+    return SaslAuthenticator(listener.sasl, credential_of, time.monotonic, lambda: int(time.time() * 1000))
 
 
 def tls_principal(transport: Any, listener: Listener) -> str:

@@ -37,6 +37,7 @@ class FakeMetadata:
 
 class FakeBroker:
     node_id = 7
+    authorizer = None
 
     def __init__(self, coordinator: Any) -> None:
         self.group_coordinator = coordinator

@@ -49,20 +49,22 @@ def _ssl_context(creds: Creds) -> ssl.SSLContext:
     return ctx
 
 
-class _TokenProvider:
-    def __init__(self, token: str) -> None:
-        self._token = token
+def _token_provider(token: str, aio: bool) -> Any:
+    if aio:
+        from aiokafka.abc import AbstractTokenProvider as AioProvider
 
-    def token(self) -> str:
-        return self._token
+        class AsyncProvider(AioProvider):
+            async def token(self) -> str:
+                return token
 
-    def extensions(self) -> dict[str, str]:
-        return {}
+        return AsyncProvider()
+    from kafka.net.sasl.oauth import AbstractTokenProvider
 
+    class Provider(AbstractTokenProvider):
+        def token(self) -> str:
+            return token
 
-class _AsyncTokenProvider(_TokenProvider):
-    async def token(self) -> str:  # type: ignore[override]
-        return self._token
+    return Provider()
 
 
 def python_conf(creds: Creds, aio: bool = False) -> dict[str, Any]:
@@ -74,8 +76,7 @@ def python_conf(creds: Creds, aio: bool = False) -> dict[str, Any]:
         conf["sasl_mechanism"] = creds.mechanism
         if creds.mechanism == "OAUTHBEARER":
             assert creds.token is not None
-            provider = _AsyncTokenProvider(creds.token) if aio else _TokenProvider(creds.token)
-            conf["sasl_oauth_token_provider"] = provider
+            conf["sasl_oauth_token_provider"] = _token_provider(creds.token, aio)
         else:
             conf["sasl_plain_username"] = creds.username
             conf["sasl_plain_password"] = creds.password
