@@ -44,7 +44,7 @@ def listener_of(ctx: Any) -> str | None:
 
 
 def authorize(ctx: Any, operation: Op, resource_type: Res, name: str, log_if_denied: bool = True) -> bool:
-    authorizer = ctx.broker.authorizer
+    authorizer = getattr(ctx.broker, "authorizer", None)
     if authorizer is None:
         return True
     return bool(authorizer.authorize(principal_of(ctx), ctx.client_host, operation, resource_type, name,
@@ -58,7 +58,7 @@ def authorize_cluster(ctx: Any, operation: Op, log_if_denied: bool = True) -> bo
 def filter_authorized(ctx: Any, operation: Op, resource_type: Res, names: Iterable[str],
                       log_if_denied: bool = True) -> set[str]:
     """The names (distinct) the principal may do `operation` on."""
-    authorizer = ctx.broker.authorizer
+    authorizer = getattr(ctx.broker, "authorizer", None)
     if authorizer is None:
         return set(names)
     principal, host = principal_of(ctx), ctx.client_host
@@ -66,7 +66,7 @@ def filter_authorized(ctx: Any, operation: Op, resource_type: Res, names: Iterab
 
 
 def authorize_by_resource_type(ctx: Any, operation: Op, resource_type: Res) -> bool:
-    authorizer = ctx.broker.authorizer
+    authorizer = getattr(ctx.broker, "authorizer", None)
     if authorizer is None:
         return True
     return bool(authorizer.authorize_by_resource_type(principal_of(ctx), ctx.client_host, operation, resource_type))
@@ -74,7 +74,7 @@ def authorize_by_resource_type(ctx: Any, operation: Op, resource_type: Res) -> b
 
 def authorized_operations(ctx: Any, resource_type: Res, name: str) -> int:
     """The authorized-operations field of a resource: a bit per allowed supported operation."""
-    authorizer = ctx.broker.authorizer
+    authorizer = getattr(ctx.broker, "authorizer", None)
     if authorizer is None:
         return all_operations(resource_type)
     principal, host = principal_of(ctx), ctx.client_host

@@ -64,8 +64,7 @@ def test_create_describe_delete_and_restart(tmp_path: Path) -> None:
             (TOPIC, "orders", LITERAL, "User:alice", READ, ALLOW)]
         assert describe(c, principal="User:*") == [(GROUP, "*", LITERAL, "User:*", READ, ALLOW)]
         c.close()
-        bt.stop()
-        bt = SecureBrokerThread(tmp_path, AUTHZ).start()  # ACLs live in the metadata log
+        bt.restart()  # ACLs live in the metadata log
         c = bt.client()
         assert len(describe(c)) == 3
         response = c.call(DELETE_ACLS, 3, M.DeleteAclsRequest(filters=[
@@ -75,7 +74,7 @@ def test_create_describe_delete_and_restart(tmp_path: Path) -> None:
         assert describe(c) == [(GROUP, "*", LITERAL, "User:*", READ, ALLOW)]
         c.close()
     finally:
-        bt.stop()
+        bt.close()
 
 
 def test_security_disabled_and_unknown_codes(tmp_path: Path) -> None:
@@ -96,4 +95,4 @@ def test_security_disabled_and_unknown_codes(tmp_path: Path) -> None:
         assert other.call(DESCRIBE_ACLS, 3, acl_filter(M.DescribeAclsRequest)).error_code == E.SECURITY_DISABLED
         other.close()
     finally:
-        bt.stop()
+        bt.close()

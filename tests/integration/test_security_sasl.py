@@ -62,7 +62,7 @@ def sasl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBrokerThrea
         c.close()
         yield bt
     finally:
-        bt.stop()
+        bt.close()
 
 
 def upsertion(name: str, mechanism: int, password: str, iterations: int = 4096) -> Any:

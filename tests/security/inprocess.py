@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from broker.testing.embedded import EmbeddedBroker
 from protocol import messages as M
 from tests.harness import RawClient
 from tests.integration.test_server_support import BrokerThread
@@ -21,24 +22,12 @@ PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required 
 
 
 class SecureBrokerThread(BrokerThread):
+    """A BrokerThread (broker.testing's EmbeddedBroker) from properties spelled as Kafka spells them."""
+
     def __init__(self, tmp_path: Path, properties: dict[str, str]) -> None:
-        super().__init__(tmp_path)
-        self.properties = {"offsets.topic.num.partitions": "1", "listeners": "PLAINTEXT://127.0.0.1:0",
-                           "log.dirs": str(tmp_path / "data"), "group.initial.rebalance.delay.ms": "0",
-                           **properties}
-
-    def start(self) -> SecureBrokerThread:
-        self._thread.start()
-        self.broker = self.call(self._start())
-        return self
-
-    async def _start(self) -> Any:
-        from broker.app import Broker
-        from broker.config import BrokerConfig
-
-        broker = Broker(BrokerConfig(self.properties))
-        await broker.start()
-        return broker
+        self.tmp_path = tmp_path
+        EmbeddedBroker.__init__(self, {"log.dirs": str(tmp_path / "data"), "offsets.topic.num.partitions": "1",
+                                       **properties})
 
     def port_of(self, listener: str) -> int:
         return int(self.broker.bound_ports[listener])
