@@ -189,3 +189,36 @@ def test_a_steady_member_released_by_the_server() -> None:
     h.run(lambda s, now: s.release_heartbeat("g", "a", now))
     response = held.result()
     assert (response.error_code, response.member_epoch, response.assignment) == (E.NONE, 2, None)
+    # released early (a commit waits behind it): the member is asked back soon
+    assert response.heartbeat_interval_ms == 500
+
+
+def test_a_member_released_early_is_held_again_within_its_short_interval() -> None:
+    """A member that commits all the time is nearly always held: released by a commit, it comes
+    back within the short interval, and its next heartbeat is held less than that interval (the
+    request's timeout in librdkafka) - and learns of a leave at once."""
+    h, t, owned = steady_pair()
+    held = h.hb("a", 2, owned={t: owned["a"]})
+    h.run(lambda s, now: s.release_heartbeat("g", "a", now))
+    assert held.result().heartbeat_interval_ms == 500
+    again = h.hb("a", 2, owned={t: owned["a"]})
+    assert isinstance(again, Deferred)
+    h.advance(249)
+    assert not again.done()
+    h.advance(1)  # half of the 500 ms it was told
+    answered = again.result()
+    assert (answered.error_code, answered.heartbeat_interval_ms) == (E.NONE, 5000)  # back to the default
+    # with the default interval again, the hold is the usual one
+    normal = h.hb("a", 2, owned={t: owned["a"]})
+    h.advance(STEADY.steady_hold_ms - 1)
+    assert not normal.done()
+    h.advance(1)
+    assert normal.done()
+    # released early again, then b leaves while a is held: a takes b's partitions at once
+    early = h.hb("a", 2, owned={t: owned["a"]})
+    h.run(lambda s, now: s.release_heartbeat("g", "a", now))
+    assert early.result().heartbeat_interval_ms == 500
+    held = h.hb("a", 2, owned={t: owned["a"]})
+    h.hb("b", -1)
+    h.advance(0)
+    assert sorted(held.result().assignment.topic_partitions[0].partitions) == [0, 1, 2, 3]

@@ -170,7 +170,8 @@ class ConsumerGroupManager:
         self.metadata_version = 0  # bumped by every topic change the coordinator hears of
         self.last_version_with_new_topics = 0
         self.classic_members: ClassicMembers | None = None  # set by the shard: classic members, migration
-        self.waits = HeldHeartbeats(self, config.unreleased_wait_ms, config.steady_hold_ms)
+        self.waits = HeldHeartbeats(self, config.unreleased_wait_ms, config.steady_hold_ms,
+                                    config.consumer_heartbeat_interval_ms)
 
     def consumer_group(self, group_id: str) -> ConsumerGroup | None:
         group = self.groups.get(group_id)
@@ -265,6 +266,8 @@ class ConsumerGroupManager:
         if hold_ms > 0:
             held = self.waits.hold(group_id, updated, request, info, member.assigned, response, hold_ms)
             return CoordinatorResult(records=records, response=held)
+        if may_wait:
+            self.waits.answered(group_id, updated.member_id, response)
         return CoordinatorResult(records=records, response=response)
 
     def _get_or_maybe_create_group(self, group_id: str, create: bool, records: list[Record]) -> ConsumerGroup:

@@ -17,6 +17,13 @@ is exactly what the member would get by heartbeating again at that moment. The c
 tell: a heartbeat response merely takes longer; librdkafka times its next heartbeat from when it
 sent the last one, so the rate of heartbeats does not change.
 
+A member that commits is released early all the time (its commits queue behind the held
+heartbeat), and would then hear of changes only at its next heartbeat, an interval later. So a
+heartbeat released early by another request tells the member to come back soon
+(HeartbeatIntervalMs `quick_ms`, 500 ms): its next heartbeat is held again, and a member that
+commits is nearly always held. librdkafka times a heartbeat request out after the interval it
+was last given, so every hold stays below that interval (`hold_cap`), per member.
+
 Timer keys: "unreleased-wait-<group>-<member>" (the deadline), "unreleased-wake-<group>-<member>"
 (a re-check after the group changed).
 """
@@ -41,6 +48,15 @@ REQ = M.ConsumerGroupHeartbeatRequest
 Result = CoordinatorResult[Any]
 
 
+QUICK_INTERVAL_MS = 500  # HeartbeatIntervalMs of a heartbeat released early by another request
+
+
+def hold_cap(interval_ms: int) -> int:
+    """The longest hold of a heartbeat whose client was last given `interval_ms` (librdkafka's
+    timeout of the request): 1 s less, half of it under 2 s."""
+    return max(0, interval_ms - min(1000, interval_ms // 2))
+
+
 def wait_key(group_id: str, member_id: str) -> str:
     return "unreleased-wait-%s-%s" % (group_id, member_id)
 
@@ -59,11 +75,22 @@ class Waiting:
 
 
 class HeldHeartbeats:
-    def __init__(self, manager: ConsumerGroupManager, wait_ms: int, steady_ms: int) -> None:
+    def __init__(self, manager: ConsumerGroupManager, wait_ms: int, steady_ms: int, interval_ms: int) -> None:
         self.m = manager
         self.wait_ms = wait_ms
         self.steady_ms = steady_ms
+        self.interval_ms = interval_ms  # group.consumer.heartbeat.interval.ms
+        self.quick_ms = min(QUICK_INTERVAL_MS, interval_ms)
         self.waiting: dict[str, dict[str, Waiting]] = {}
+        self.told: dict[tuple[str, str], int] = {}  # HeartbeatIntervalMs last given, when not the default
+
+    def answered(self, group_id: str, member_id: str, response: Any) -> None:
+        """The member is given `response`: remember the interval it times its next request with."""
+        interval = response.heartbeat_interval_ms
+        if interval == self.interval_ms or interval <= 0:
+            self.told.pop((group_id, member_id), None)
+        else:
+            self.told[(group_id, member_id)] = interval
 
     def hold_ms(self, group_id: str, member: ConsumerGroupMember, request: Any, news: bool) -> int:
         """How long the heartbeat of a consumer-protocol member may be held (0: not at all): one
@@ -71,10 +98,11 @@ class HeldHeartbeats:
         to compute; or a stable one with no news (`news`: its response carries an assignment)."""
         if member.classic is not None or request.member_epoch < 0:
             return 0
+        cap = hold_cap(self.told.get((group_id, member.member_id), self.interval_ms))
         if member.state is MemberState.UNRELEASED_PARTITIONS or self.m.assignment_pending(group_id):
-            return self.wait_ms
+            return min(self.wait_ms, cap)
         if member.state is MemberState.STABLE and not news:
-            return self.steady_ms
+            return min(self.steady_ms, cap)
         return 0
 
     def hold(self, group_id: str, member: ConsumerGroupMember, request: Any, info: RequestInfo,
@@ -105,7 +133,9 @@ class HeldHeartbeats:
 
         self.m.timer.schedule(wake_key(group_id, member_id), 0, wake)
 
-    def wake(self, group_id: str, member_id: str, now: int, final: bool) -> Result:
+    def wake(self, group_id: str, member_id: str, now: int, final: bool, early: bool = False) -> Result:
+        """Look at a held heartbeat again; `final`: answer it now in any case; `early`: because
+        another request waits behind it (the answer then asks the member back soon)."""
         waiting = self.waiting.get(group_id, {}).get(member_id)
         if waiting is None:
             return CoordinatorResult()
@@ -139,6 +169,9 @@ class HeldHeartbeats:
                 for t, ps in sorted(updated.assigned.items(), key=lambda kv: str(kv[0]))])
         else:
             response.assignment = None
+        if early:
+            response.heartbeat_interval_ms = self.quick_ms
+        self.answered(group_id, member_id, response)
         deferred = waiting.deferred
 
         def answer() -> None:
@@ -167,6 +200,7 @@ class HeldHeartbeats:
         self.m.timer.cancel(wake_key(group_id, member_id))
 
     def member_gone(self, group_id: str, member_id: str, code: ErrorCode = ErrorCode.UNKNOWN_MEMBER_ID) -> None:
+        self.told.pop((group_id, member_id), None)
         waiting = self.waiting.get(group_id, {}).get(member_id)
         if waiting is not None:
             self._release(group_id, member_id)

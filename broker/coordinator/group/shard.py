@@ -132,7 +132,7 @@ class GroupCoordinatorShard:
     def release_heartbeat(self, group_id: str, member_id: str, now_ms: int) -> CoordinatorResult[Any]:
         """Answer the member's held heartbeat now (classic or consumer protocol)."""
         if isinstance(self.groups.get(group_id), ConsumerGroup):
-            return self.consumer.waits.wake(group_id, member_id, now_ms, final=True)
+            return self.consumer.waits.wake(group_id, member_id, now_ms, final=True, early=True)
         return self.classic.release_heartbeat(group_id, member_id)
 
     def leave_group(self, group_id: str, identities: list[Any], now_ms: int) -> CoordinatorResult[Any]:
