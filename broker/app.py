@@ -25,6 +25,7 @@ from broker.coordinator.txn import (
 )
 from broker.coordinator.txn.config import CONFIG_KEYS as TXN_CONFIG_KEYS
 from broker.features import TRANSACTION_VERSION
+from broker.http_endpoint import HttpEndpoint
 from broker.log import AppendOrigin, Log, LogCleaner, LogConfig, LogManager
 from broker.log.reader import iter_records
 from broker.log_dirs import LogDirMover
@@ -36,6 +37,7 @@ from broker.security.authorizer import Authorizer
 from broker.security.listeners import build_listeners
 from broker.server import KafkaServer
 from broker.telemetry import ClientTelemetry
+from broker.testing.faults import Faults
 from broker.txn_markers import PartitionMarkerWriter
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import build_batch
@@ -109,7 +111,8 @@ class LogMetadataLog:
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, config: BrokerConfig, clock: Callable[[], float] = time.time,
+                 faults: Faults | None = None) -> None:
         self.config = config
         self.clock = clock
         self.node_id = config.node_id
@@ -129,6 +132,10 @@ class Broker:
         self.log_dir_mover = LogDirMover(self.logs, self.partitions)
         self.cleaner = LogCleaner()
         self.server = KafkaServer(self, int(config["socket.request.max.bytes"]), int(config["connections.max.idle.ms"]))
+        self.faults = faults if faults is not None else Faults()  # broker.testing's fault injection
+        self.server.intercepts = self.faults.intercepts
+        self.metrics.registry.register(self.faults)
+        self.http: HttpEndpoint | None = None  # /metrics and /faults on metrics.port
         self.ports: list[int] = []
         self.listeners = build_listeners(config)  # checked and built before anything starts
         self.bound_ports: dict[str, int] = {}  # listener name -> bound port
@@ -159,13 +166,15 @@ class Broker:
             self._ensure_partitions(info)
         await self._start_group_coordinator()
         await self._start_transaction_coordinator()
+        self.faults.attach(self)
         for listener in self.listeners:
             port = await self.server.listen(listener.host, listener.port, listener)
             self.ports.append(port)
             self.bound_ports[listener.name] = port
         port = int(self.config["metrics.port"])
         if port >= 0:
-            self.metrics.serve(port)
+            self.http = HttpEndpoint(self)
+            await self.http.start(self.config["metrics.host"], port)
         self._start_background()
         log.info("broker started", node_id=self.node_id, cluster_id=self.cluster_id, ports=self.ports,
                  log_dirs=self.config.log_dirs, topics=len(self.metadata.topics),
@@ -324,6 +333,7 @@ class Broker:
         if self._stopping:
             return
         self._stopping = True
+        self.faults.detach()  # delayed requests go on now
         # Every step runs even when an earlier one failed (a log dir removed under the broker must
         # not leave the listeners or the coordinators running); the first failure is raised at the
         # end, and the broker counts as stopped either way.
@@ -349,6 +359,8 @@ class Broker:
             await step("group coordinator", self.group_coordinator.stop)
         await step("wake fetches", self.partitions.wake_all)  # long polls answer now with what they have
         await step("server", self.server.stop)
+        if self.http is not None:
+            await step("http endpoint", self.http.stop)
         await step("log dir moves", self.log_dir_mover.stop)
         for task in self._tasks:
             task.cancel()

@@ -1,4 +1,4 @@
-"""Command line: `python -m broker [--config FILE] [--override key=value ...]`."""
+"""Command line: `python -m broker [--config FILE] [--override key=value ...] [--fault SPEC ...]`."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import structlog
 
 from broker.config import BrokerConfig, help_text
 from broker.security.errors import SecurityConfigError
+from broker.testing.faults import Faults, parse_fault_spec
 
 log = structlog.get_logger("broker")
 
@@ -29,6 +30,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--override", action="append", default=[], metavar="KEY=VALUE", help="set a property (repeatable)"
     )
+    parser.add_argument(
+        "--fault", action="append", default=[], metavar="SPEC",
+        help="arm a fault from the start (repeatable), as key=value pairs or a JSON object: "
+             "api=Produce,error=NOT_LEADER_OR_FOLLOWER,times=2 | action=delay,api=Fetch,ms=500 | "
+             "action=disconnect,api=Metadata | action=drop,api=JoinGroup | action=fail_disk,topic=t,partition=0",
+    )
     return parser.parse_args(argv)
 
 
@@ -36,7 +43,7 @@ EXIT_SHUTDOWN_FAILED = 1
 EXIT_FORCED = 3  # a second signal ended the process before the shutdown finished
 
 
-async def serve(config: BrokerConfig) -> int:
+async def serve(config: BrokerConfig, faults: Faults | None = None) -> int:
     """Run the broker until SIGTERM or SIGINT; the process's exit code.
 
     The first signal starts a clean shutdown; if it fails (a log dir removed under the broker, a
@@ -46,7 +53,7 @@ async def serve(config: BrokerConfig) -> int:
     """
     from broker.app import Broker
 
-    broker = Broker(config)
+    broker = Broker(config, faults=faults)
     await broker.start()
     # What start-up built (modules, codecs, metadata, loaded groups) lives as long as the broker:
     # out of the collector's sight, a full collection no longer walks it all (about 13 ms, a
@@ -81,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         config = BrokerConfig.load(args.config_opt or args.config, args.override)
+        faults = Faults()
+        for spec in args.fault:
+            faults.arm(parse_fault_spec(spec))
     except (OSError, ValueError) as exc:
         print("error: %s" % exc, file=sys.stderr)
         return 2
@@ -94,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         run = uvloop.run
     try:
-        return run(serve(config))
+        return run(serve(config, faults))
     except SecurityConfigError as exc:  # a listener, TLS or SASL setting the broker cannot serve
         print("error: %s" % exc, file=sys.stderr)
         return 2

@@ -169,7 +169,10 @@ _PROPS: list[Prop] = [
     Prop("producer.id.expiration.ms", "int", 86400000, "Expiry of idle idempotent producer state."),
     Prop("telemetry.max.bytes", "int", 1048576, "Largest metrics payload a client may push (KIP-714)."),
     # operations
-    Prop("metrics.port", "int", -1, "Port of the Prometheus /metrics endpoint; -1 disables it (not in Kafka)."),
+    Prop("metrics.port", "int", -1,
+         "Port of the HTTP endpoint with Prometheus /metrics and /faults (fault injection); -1 disables it (not in "
+         "Kafka)."),
+    Prop("metrics.host", "string", "127.0.0.1", "Address the /metrics and /faults endpoint binds to (not in Kafka)."),
     Prop("log.format", "string", "console", "console (key=value) or json log lines (not in Kafka)."),
     Prop("log.level", "string", "INFO", "DEBUG logs every request (not in Kafka)."),
 ]

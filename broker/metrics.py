@@ -1,16 +1,15 @@
-"""Prometheus metrics: requests and bytes per API, served on `metrics.port` when set.
+"""Prometheus metrics: requests and bytes per API, served on `metrics.port` when set (broker/http_endpoint.py).
 
 The per-request counts are plain numbers that the event loop bumps without a lock (a
 prometheus_client Counter takes one on every `inc`); a collector reads them when /metrics is
-scraped, from the HTTP server's thread. Only values change while serving (the per-API tables
-are filled once), so reading them from another thread is safe.
+scraped, on the event loop too. Other parts add collectors of their own to `registry`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -46,9 +45,6 @@ class Metrics:
         if api_key in requests:
             requests[api_key] += 1
             self.bytes_out[api_key] += size
-
-    def serve(self, port: int, host: str = "127.0.0.1") -> None:
-        start_http_server(port, addr=host, registry=self.registry)
 
 
 class _Collector(Collector):

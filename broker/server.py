@@ -25,7 +25,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -247,8 +247,12 @@ class Connection(asyncio.BufferedProtocol):
             self.peer[0], self.peer[1], self,
         )
         failure: ErrorCode | None = None
+        intercept = self.server.intercepts.get(header.api_key)
         try:
-            response = await api.handler(ctx, request)
+            if intercept is None:
+                response = await api.handler(ctx, request)
+            else:
+                response = await intercept(ctx, request, api.handler)
         except asyncio.CancelledError:
             raise
         except KafkaError as exc:
@@ -461,6 +465,8 @@ class KafkaServer:
         self.servers: list[Any] = []  # asyncio Servers, TlsAcceptors: close() and wait_closed()
         self.sendfile_min_bytes = SENDFILE_MIN_BYTES  # a FileSlice at least this long is sent with os.sendfile
         self.debug = _debug_enabled()  # read once: the logging configuration is set before the server starts
+        # API key -> what runs instead of its handler (broker.testing's fault injection); empty normally
+        self.intercepts: dict[int, Callable[[Any, Any, Any], Awaitable[Any]]] = {}
         self._reaper: asyncio.Task[None] | None = None
 
     async def listen(self, host: str, port: int, listener: Listener | None = None) -> int:

@@ -48,8 +48,10 @@ def port_open(port: int) -> bool:
 class BrokerProcess:
     """`python -m broker` as a child process, stopped by its PID only."""
 
-    def __init__(self, data_dir: Path, port: int | None = None, overrides: dict[str, str] | None = None) -> None:
+    def __init__(self, data_dir: Path, port: int | None = None, overrides: dict[str, str] | None = None,
+                 args: list[str] | None = None) -> None:
         self.data_dir = data_dir
+        self.args = list(args or [])  # more command-line arguments (--fault ...)
         self.port = port or free_port()
         self.overrides = {
             "listeners": "PLAINTEXT://127.0.0.1:%d" % self.port,
@@ -68,6 +70,7 @@ class BrokerProcess:
         args = [sys.executable, "-m", "broker"]
         for k, v in self.overrides.items():
             args += ["--override", "%s=%s" % (k, v)]
+        args += self.args
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(args, cwd=str(ROOT), env=env, stdout=self._log, stderr=subprocess.STDOUT)

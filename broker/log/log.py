@@ -125,6 +125,8 @@ class Log:
         self.recovered_from: int | None = None
         self.generation = 0  # bumped whenever the segment list changes
         self.closed = False
+        # broker.testing's fail_disk: called before each write, raises OSError as a broken disk would
+        self.write_fault: Callable[[], None] | None = None
         self._roll_jitter_ms = self._new_jitter()
 
     # -- basic facts ------------------------------------------------------------------------------
@@ -284,6 +286,8 @@ class Log:
         now: int,
         log_append_time: int,
     ) -> AppendResult:
+        if self.write_fault is not None:
+            self.write_fault()
         last = batches[-1][1].last_offset
         max_timestamp = max(h.max_timestamp for _, h in batches)
         segment = self._maybe_roll(size, max_timestamp, first, last, now)

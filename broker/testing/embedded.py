@@ -10,6 +10,9 @@ work on the broker's loop and waits for it.
 address: clean (as SIGTERM: logs flushed, clean-shutdown markers written) or, with
 `clean=False`, as after `kill -9` (connections cut, nothing flushed; the next start recovers the
 logs from what reached the OS).
+
+`faults` (broker.testing.faults.Faults) makes the broker fail on purpose; what is armed stays
+armed across restarts.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any, Self
 from broker.app import Broker
 from broker.config import BrokerConfig, parse_listener
 from broker.logsetup import configure_embedded
+from broker.testing.faults import Faults
 
 # Kafka's defaults except where a test wants otherwise: a free port on the loopback interface,
 # and a new group's first rebalance at once (as Kafka's own test setups and docker examples do).
@@ -100,6 +104,7 @@ class EmbeddedBroker:
         self._thread: threading.Thread | None = None
         self._broker: Broker | None = None
         self._errors = _ErrorRecorder()
+        self.faults = Faults()  # armed faults outlive a restart
 
     # lifecycle -----------------------------------------------------------------------------------
     def start(self) -> Self:
@@ -113,7 +118,7 @@ class EmbeddedBroker:
             self._thread.start()
             self._errors.thread_id = self._thread.ident
             logging.getLogger("broker").addHandler(self._errors)
-        broker = Broker(BrokerConfig(self.properties))
+        broker = Broker(BrokerConfig(self.properties), faults=self.faults)
         self.call(broker.start(), START_TIMEOUT_S)
         self._broker = broker
         self._pin_ports(broker)

@@ -10,8 +10,8 @@
 
 Broker properties come from the ini option `kafka_broker_properties` (one `key=value` a line),
 then from `kafka_broker` markers (module, class, then the test itself: the closest wins; the
-session broker takes the ini option only). Nothing of the broker is imported until a fixture
-is used.
+session broker takes the ini option only). Faults armed on the session broker are disarmed
+after each test. Nothing of the broker is imported until a fixture is used.
 """
 
 from __future__ import annotations
@@ -69,10 +69,23 @@ def kafka_broker(request: pytest.FixtureRequest) -> Iterator[EmbeddedBroker]:
         yield broker
 
 
+_session_brokers: list[EmbeddedBroker] = []
+
+
 @pytest.fixture(scope="session")
 def kafka_broker_session(request: pytest.FixtureRequest) -> Iterator[EmbeddedBroker]:
     """One broker for the whole test session (tests share its topics and groups)."""
     from broker.testing.embedded import EmbeddedBroker
 
     with EmbeddedBroker(ini_properties(request.config)) as broker:
-        yield broker
+        _session_brokers.append(broker)
+        try:
+            yield broker
+        finally:
+            _session_brokers.remove(broker)
+
+
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    for broker in _session_brokers:  # a test's faults must not hit the next test
+        if broker.faults.armed:
+            broker.faults.clear()

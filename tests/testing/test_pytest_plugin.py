@@ -82,11 +82,13 @@ SEEN = []
 
 def test_session_broker_first(kafka_broker_session):
     kafka_broker_session.create_topic("shared")
+    kafka_broker_session.faults.fail("Produce", "NOT_LEADER_OR_FOLLOWER")
     SEEN.append(kafka_broker_session.bootstrap_servers)
 
 
 def test_session_broker_is_shared(kafka_broker_session):
     assert SEEN == [kafka_broker_session.bootstrap_servers]
+    assert kafka_broker_session.faults.armed == []  # the previous test's fault is gone
     admin = AdminClient({"bootstrap.servers": kafka_broker_session.bootstrap_servers})
     assert "shared" in admin.list_topics(timeout=10).topics
 
@@ -99,6 +101,15 @@ def test_restart_keeps_acknowledged_records(kafka_broker, clean):
     kafka_broker.restart(clean=clean)
     assert kafka_broker.bootstrap_servers == address
     assert round_trip(address, "kept", [b"after"]) == [b"before"]
+
+
+def test_faults_through_the_fixture(kafka_broker):
+    kafka_broker.create_topic("flaky")
+    fault = kafka_broker.faults.fail("Produce", "NOT_LEADER_OR_FOLLOWER", times=2, topic="flaky")
+    producer = Producer({"bootstrap.servers": kafka_broker.bootstrap_servers})
+    producer.produce("flaky", b"x")
+    assert producer.flush(10) == 0
+    assert fault.injected == 2
 
 
 def test_async_context_manager():
@@ -131,4 +142,4 @@ def test_plugin_in_a_users_project(tmp_path: Path) -> None:
         cwd=tmp_path, capture_output=True, text=True, timeout=110,
     )
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
-    assert "11 passed" in result.stdout, result.stdout[-3000:]
+    assert "12 passed" in result.stdout, result.stdout[-3000:]
