@@ -274,10 +274,12 @@ class Broker:
             (int(self.config["log.retention.check.interval.ms"]), self.logs.run_retention),
             (int(self.config["log.flush.offset.checkpoint.interval.ms"]), self.logs.checkpoint),
         ]
-        if self.config["log.cleaner.enable"]:
-            jobs.append((int(self.config["log.cleaner.backoff.ms"]), self._clean_logs))
         for interval_ms, job in jobs:
             self._tasks.append(loop.create_task(self._every(interval_ms / 1000.0, job)))
+        if self.config["log.cleaner.enable"]:
+            # the cleaner reads the last stable offsets here, on the event loop, then cleans in a thread
+            backoff = int(self.config["log.cleaner.backoff.ms"]) / 1000.0
+            self._tasks.append(loop.create_task(self._every(backoff, self._clean_logs, False)))
         # producer state belongs to the event loop thread: this one runs there
         self._tasks.append(loop.create_task(self._every(PRODUCER_EXPIRATION_CHECK_S, self._expire_producers, False)))
 
@@ -288,17 +290,23 @@ class Broker:
                 if in_thread:
                     await asyncio.to_thread(job)
                 else:
-                    job()
+                    result = job()
+                    if asyncio.iscoroutine(result):
+                        await result
             except Exception:
                 log.exception("background job failed", job=getattr(job, "__name__", str(job)))
 
     def _expire_producers(self) -> None:
         self.partitions.remove_expired_producers(int(self.clock() * 1000), int(self.config["producer.id.expiration.ms"]))
 
-    def _clean_logs(self) -> None:
-        for _, log_ in self.logs.logs.items():
+    async def _clean_logs(self) -> None:
+        """A cleaning round of every compacted log, each up to its last stable offset (an open
+        transaction's data is not compacted, as in Kafka)."""
+        for (topic, index), log_ in list(self.logs.logs.items()):
             if log_.config.compact and not log_.closed:
-                self.cleaner.clean(log_)
+                partition = self.partitions.get(topic, index)
+                lso = partition.last_stable_offset if partition is not None else None
+                await asyncio.to_thread(self.cleaner.clean, log_, first_unstable_offset=lso)
 
     def _client_metrics_subscriptions(self) -> dict[str, dict[str, str]]:
         if self.metadata is None:
@@ -365,6 +373,8 @@ class Broker:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if clean:  # the next start replays no producer state
+            await step("producer snapshots", lambda: asyncio.to_thread(self.partitions.take_snapshots))
         await step("logs", lambda: asyncio.to_thread(self.logs.shutdown if clean else self.logs.abandon))
         self._stopped.set()
         if failure is not None:

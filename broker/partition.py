@@ -24,9 +24,18 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+import structlog
+
 from broker.log import AppendOrigin, AppendResult, FetchDataInfo, Log, LogConfig, LogManager
 from broker.log.group_commit import GroupCommit
 from broker.log.txn_index import AbortedTxn
+from broker.producer_snapshot import (
+    CorruptSnapshotError,
+    delete_snapshot,
+    list_snapshots,
+    read_snapshot,
+    write_snapshot,
+)
 from broker.producer_state import ProducerStateManager
 from protocol.errors import ErrorCode, KafkaError, ProtocolError
 from protocol.records import (
@@ -38,6 +47,8 @@ from protocol.records import (
     parse_control_record,
     validate_batch,
 )
+
+logger = structlog.get_logger("broker.partition")
 
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
@@ -66,6 +77,7 @@ class Partition:
         self.group_commit = GroupCommit(log.flush, log.recovery_point)
         self._waiters: set[asyncio.Future[None]] = set()
         self._verifications: dict[int, object] = {}  # producer id -> guard of a verification in flight
+        self._snapshot_offset = -1  # offset of the last producer snapshot written or loaded
 
     def __repr__(self) -> str:
         return "Partition(%s-%d)" % (self.topic, self.index)
@@ -111,6 +123,7 @@ class Partition:
             if header.is_transactional and not header.is_control and self.needs_verification(header) and (
                     verification is None or self._verifications.get(header.producer_id) is not verification):
                 raise KafkaError(ErrorCode.INVALID_TXN_STATE, "Record was not part of an ongoing transaction")
+        generation = self.log.generation
         result: AppendResult = self.log.append(records)
         offset = result.first_offset
         for header in headers:
@@ -119,6 +132,8 @@ class Partition:
                 if header.is_transactional:
                     self._verifications.pop(header.producer_id, None)
             offset += header.last_offset_delta + 1
+        if self.log.generation != generation:
+            self.take_snapshot()  # the log rolled a segment
         self.notify()
         return ProduceResult(result.first_offset, result.log_append_time, result.log_start_offset)
 
@@ -148,6 +163,7 @@ class Partition:
         self.producers.check_marker(producer_id, epoch, coordinator_epoch, transaction_version)
         kind = ControlRecordType.COMMIT if committed else ControlRecordType.ABORT
         batch = build_control_batch(kind, producer_id, epoch, coordinator_epoch, timestamp=self.log.time())
+        generation = self.log.generation
         result = self.log.append(batch, origin=AppendOrigin.COORDINATOR)
         self._verifications.pop(producer_id, None)
         completed = self.producers.apply_marker(producer_id, epoch, coordinator_epoch, result.first_offset,
@@ -156,6 +172,8 @@ class Partition:
             lso = self.producers.last_stable_offset(completed)
             self.log.update_txn_index(result.segment_base_offset, AbortedTxn(
                 producer_id, completed.first_offset, completed.last_offset, lso))
+        if self.log.generation != generation:
+            self.take_snapshot()
         self.notify()
         return result
 
@@ -191,19 +209,61 @@ class Partition:
                     waiter.set_result(None)
             self._waiters.clear()
 
+    # producer-state snapshots ------------------------------------------------------------------
+    def take_snapshot(self) -> None:
+        """Write the producer state as a `.snapshot` at the log end offset (on the event loop:
+        the state must not change while it is written). Never fails the caller."""
+        end = self.log.log_end_offset
+        if end == self._snapshot_offset or end == self.log.log_start_offset:
+            return  # up to date, or nothing to replay
+        try:
+            write_snapshot(self.log.dir, end, self.producers.producers.values())
+            self._snapshot_offset = end
+        except OSError as exc:
+            logger.warning("producer snapshot not written", partition=repr(self), error=str(exc))
+
+    def _load_snapshot(self, at_most: int) -> int:
+        """Start the producer state from the latest snapshot at or below `at_most` (and not below
+        the log start); returns its offset, or the log start offset when none serves."""
+        directory = self.log.dir
+        start = self.log.log_start_offset
+        for offset in reversed(list_snapshots(directory)):
+            if offset > self.log.log_end_offset:
+                delete_snapshot(directory, offset)  # left by a log since truncated
+                continue
+            if offset > at_most or offset < start:
+                continue
+            try:
+                self.producers.load_entries(read_snapshot(directory, offset))
+            except (OSError, CorruptSnapshotError) as exc:
+                logger.warning("producer snapshot unusable", partition=repr(self), offset=offset, error=str(exc))
+                delete_snapshot(directory, offset)
+                continue
+            self._snapshot_offset = offset
+            return offset
+        self.producers.clear()
+        return start
+
     # startup -----------------------------------------------------------------------------------
     def rebuild_producer_state(self) -> None:
-        """Replay the log's batches into the producer state; the aborted-transaction indexes of
-        segments recovered after a crash are rebuilt on the way."""
+        """Load the producer state from the latest snapshot and replay the batches after it; the
+        aborted-transaction indexes of segments recovered after a crash are rebuilt on the way
+        (the snapshot then comes from before them)."""
         producers = self.producers
-        producers.clear()
         recovered_from = self.log.recovered_from
-        for segment in self.log.segments:
+        start = self._load_snapshot(self.log.log_end_offset if recovered_from is None else recovered_from)
+        segments = self.log.segments
+        for i, segment in enumerate(segments):
+            if i + 1 < len(segments) and segments[i + 1].base_offset <= start:
+                continue  # wholly below the snapshot
             rebuild_index = recovered_from is not None and segment.base_offset >= recovered_from
             if rebuild_index:
                 segment.txn_index.reset()
-            for pos, header in segment.iter_batches_from(0):
-                if header.producer_id < 0:
+            if start >= segment.next_offset:
+                continue
+            position = 0 if segment.base_offset >= start else segment.find_position(start) or 0
+            for pos, header in segment.iter_batches_from(position):
+                if header.producer_id < 0 or header.base_offset < start:
                     continue
                 if not header.is_control:
                     producers.update(header)
@@ -259,6 +319,13 @@ class PartitionManager:
         """producer.id.expiration.ms: forget idempotent producers idle that long."""
         for partition in self.partitions.values():
             partition.producers.remove_expired(now_ms, expiration_ms)
+
+    def take_snapshots(self) -> None:
+        """Clean shutdown: a producer snapshot at the log end of every partition, so that the
+        next start replays nothing (blocking: nothing may append meanwhile)."""
+        for partition in self.partitions.values():
+            if not partition.deleted and not partition.log.closed:
+                partition.take_snapshot()
 
     def wake_all(self) -> None:
         """Wake every waiting fetch (shutdown)."""

@@ -17,9 +17,17 @@ One cleaning round of a log, Kafka's way:
 4. Each cleaned group replaces its segments under the log lock (`Log.replace_segments`), which
    refuses when retention or truncation changed those segments meanwhile.
 
+Transactions, as Kafka's CleanedTransactionMetadata: the data of aborted transactions goes; a
+transaction marker stays while data batches of its transaction remain, and the abort markers so
+kept keep their entries in the cleaned segment's aborted-transaction index (.txnindex). A marker
+whose transaction has no data left is first given a delete horizon (now + delete.retention.ms)
+and removed by a round after it, unless it is its producer's last batch (kept empty, for the
+epoch). Transactions still open are left alone, and the cleaning stops at the last stable offset
+the broker passes.
+
 Reads are never blocked: the old segment files stay open for slices already handed out.
-Simplifications: control batches (transaction markers) are always kept; the offset map is a
-dict (bounded by `max_map_entries`, a round then stops at a segment boundary).
+Simplification: the offset map is a dict (bounded by `max_map_entries`, a round then stops at a
+segment boundary).
 """
 
 from __future__ import annotations
@@ -76,12 +84,14 @@ class _Plan:
 
 @dataclass
 class _TxnFacts:
-    """From one header pass over the log: aborted transactional batches and each producer's last
-    data batch."""
+    """From one header pass over the log: aborted transactional batches, the markers whose
+    transaction still has data, and each producer's last batches."""
 
     aborted: set[int] = field(default_factory=set)  # base offsets of aborted data batches
     undecided: set[int] = field(default_factory=set)  # transactional data without a marker yet
+    markers_with_data: set[int] = field(default_factory=set)  # offsets of markers to keep
     last_data_batch: dict[int, int] = field(default_factory=dict)  # producer id -> base offset
+    last_batch: dict[int, int] = field(default_factory=dict)  # producer id -> base offset (markers too)
 
 
 class LogCleaner:
@@ -254,6 +264,9 @@ class LogCleaner:
                     if data is not None:
                         out.append([data], len(data), [(0, parse_batch_header(data))])
                         result.bytes_written += len(data)
+            # the aborted transactions whose markers stay (with data left) keep their index entries
+            out.txn_index.replace([t for seg in group for t in seg.txn_index.entries
+                                   if t.last_offset in facts.markers_with_data])
             out.on_become_inactive()
             out.flush()  # durable before the swap, outside the log lock
         except BaseException:
@@ -276,7 +289,9 @@ class LogCleaner:
     ) -> bytes | None:
         """The batch as it survives cleaning: unchanged, rebuilt with fewer records, an empty header, or None."""
         original = seg.read_batch_bytes(pos, header.size)
-        if header.is_control or header.base_offset in facts.undecided:
+        if header.is_control:
+            return _filter_marker(header, original, facts, end_offset, now, delete_retention_ms)
+        if header.base_offset in facts.undecided:
             return original
         try:
             records = [] if header.base_offset in facts.aborted else _records(seg, pos, header, original)
@@ -320,6 +335,27 @@ class LogCleaner:
         return None
 
 
+def _filter_marker(header: BatchHeader, original: bytes, facts: _TxnFacts, end_offset: int, now: int,
+                   delete_retention_ms: int) -> bytes | None:
+    """A control batch as it survives cleaning (Kafka's CleanedTransactionMetadata rules)."""
+    if not header.has_producer_id or header.base_offset in facts.markers_with_data:
+        return original
+    horizon = header.base_timestamp if header.has_delete_horizon else None
+    if header.records_count and horizon is None:
+        # its transaction has no data left: it may go once delete.retention.ms has passed
+        try:
+            records = decode_batch(original, verify_crc=False)[1]
+        except ProtocolError:
+            return original
+        return _rebuild(header, records, now + delete_retention_ms)
+    if header.records_count and now < (horizon or 0):
+        return original
+    if facts.last_batch.get(header.producer_id) == header.base_offset or header.next_offset == end_offset:
+        # the producer's last batch (its epoch fences zombies), or the round's last offset: kept empty
+        return original if not header.records_count else _rebuild(header, [], horizon)
+    return None
+
+
 def _records(seg: LogSegment, pos: int, header: BatchHeader, data: bytes | None = None) -> list[Record]:
     """The batch's records; ProtocolError when they cannot be decoded."""
     if header.records_count == 0:
@@ -341,9 +377,11 @@ def _rebuild(header: BatchHeader, records: list[Record], horizon: int | None) ->
             producer_epoch=header.producer_epoch,
             base_sequence=header.base_sequence,
             is_transactional=header.is_transactional,
+            is_control=header.is_control,
             partition_leader_epoch=header.partition_leader_epoch,
             timestamp_type=header.timestamp_type,
-            base_timestamp=horizon,
+            base_timestamp=horizon if horizon is not None else (header.max_timestamp if not records else None),
+            max_timestamp=header.max_timestamp if not records else None,
             offset_deltas=[r.offset - base for r in records],
             last_offset_delta=header.last_offset_delta,
         )
@@ -373,11 +411,14 @@ def _scan_transactions(segments: tuple[LogSegment, ...]) -> _TxnFacts:
         for pos, header in seg.iter_batches_from(0):
             if not header.has_producer_id:
                 continue
+            facts.last_batch[header.producer_id] = header.base_offset
             if header.is_control:
                 pending = open_txns.pop(header.producer_id, [])
                 marker = _marker_type(seg, pos, header)
                 if marker is ControlRecordType.ABORT:
                     facts.aborted.update(pending)
+                if pending:
+                    facts.markers_with_data.add(header.base_offset)
                 continue
             facts.last_data_batch[header.producer_id] = header.base_offset
             if header.is_transactional:

@@ -193,3 +193,163 @@ def test_read_committed_never_returns_a_batch_beyond_the_lso(part: Partition) ->
     part.append_records(plain())
     assert part.read(0, 1 << 20, READ_COMMITTED).records.length == 0
     assert len(part.read(1, 1 << 20, READ_UNCOMMITTED).records) > 0
+
+
+# ----- producer-state snapshots --------------------------------------------------------------
+def snapshots(log: Log) -> list[str]:
+    return sorted(n for n in os.listdir(log.dir) if n.endswith(".snapshot"))
+
+
+def state(p: Partition) -> dict[int, tuple[int, int, int, int]]:
+    return {pid: (e.epoch, e.last_seq, e.current_txn_first_offset, e.coordinator_epoch)
+            for pid, e in p.producers.producers.items()}
+
+
+def test_a_clean_restart_starts_from_the_snapshot(tmp_path, clock: Clock) -> None:
+    import crc32c
+
+    log = create_log(str(tmp_path), "t", 0, small_config(), time=clock)
+    p = partition_of(log)
+    p.append_records(batch(2, producer_id=4, producer_epoch=1, base_sequence=0))  # idempotent
+    append_txn(p, txn_batch(5, 0))                                             # open transaction
+    append_txn(p, txn_batch(6, 0))
+    p.append_marker(6, 0, committed=True)
+    before = state(p)
+    p.take_snapshot()
+    assert snapshots(log) == ["%020d.snapshot" % log.log_end_offset]
+    data = open(os.path.join(log.dir, snapshots(log)[0]), "rb").read()
+    version, crc, count = struct.unpack_from(">hIi", data)
+    assert (version, count, crc) == (1, 3, crc32c.crc32c(data[6:]))
+    log.close()
+    log2 = reopen(log, clean=True, clock=clock)
+    for seg in log2.segments:  # nothing is read from the log
+        seg.iter_batches_from = None  # type: ignore[method-assign]
+    p2 = partition_of(log2)
+    assert state(p2) == before
+    assert p2.last_stable_offset == 2
+    # a retry of the idempotent producer's last batch is still recognised
+    assert p2.append_records(batch(2, producer_id=4, producer_epoch=1, base_sequence=0)).base_offset == 0
+
+
+def test_a_roll_writes_a_snapshot_and_a_crash_replays_after_it(tmp_path, clock: Clock) -> None:
+    log = create_log(str(tmp_path), "t", 0, small_config(segment_bytes=1024), time=clock)
+    p = partition_of(log)
+    append_txn(p, txn_batch(1, 0, size=300))
+    for seq in range(1, 6):
+        p.append_records(txn_batch(1, seq, size=300))
+    assert len(log.segments) > 1 and snapshots(log)
+    assert len(snapshots(log)) <= 2  # only the latest are kept
+    p.append_marker(1, 0, committed=False)
+    expected = p.aborted_transactions(0, 100)
+    before = state(p)
+    p2 = partition_of(reopen(log, clean=False, clock=clock, recovery_point=log.segments[-1].base_offset))
+    assert state(p2) == before
+    assert p2.aborted_transactions(0, 100) == expected
+
+
+def test_unusable_snapshots_are_ignored(tmp_path, clock: Clock) -> None:
+    log = create_log(str(tmp_path), "t", 0, small_config(), time=clock)
+    p = partition_of(log)
+    append_txn(p, txn_batch(1, 0))
+    before = state(p)
+    p.take_snapshot()
+    path = os.path.join(log.dir, snapshots(log)[0])
+    with open(path, "r+b") as f:
+        f.seek(10)
+        f.write(b"\xff")  # corrupt
+    with open(os.path.join(log.dir, "%020d.snapshot" % 99), "wb") as f:
+        f.write(b"beyond the log end")
+    log.close()
+    p2 = partition_of(reopen(log, clean=True, clock=clock))
+    assert state(p2) == before
+    assert snapshots(p2.log) == []  # both removed
+
+
+# ----- compaction ------------------------------------------------------------------------------
+def test_compaction_removes_aborted_data_then_the_markers(tmp_path, clock: Clock) -> None:
+    from broker.log import LogCleaner
+
+    config = small_config(segment_bytes=700, cleanup_policy=("compact",), delete_retention_ms=1000)
+    log = create_log(str(tmp_path), "c", 0, config, time=clock)
+    p = partition_of(log)
+
+    def keyed(key: bytes, **kw: object) -> bytes:
+        return batch([b"v"], keys=[key], **kw)
+
+    p.append_records(keyed(b"plain"))
+    aborted_first = append_txn(p, keyed(b"a", producer_id=1, producer_epoch=0, base_sequence=0, is_transactional=True))
+    p.append_marker(1, 0, committed=False)
+    append_txn(p, keyed(b"c", producer_id=2, producer_epoch=0, base_sequence=0, is_transactional=True))
+    p.append_marker(2, 0, committed=True)
+    for i in range(12):  # later batches of both producers and fillers: the markers are not their last batches
+        p.append_records(keyed(b"f%d" % (i % 2)))
+    append_txn(p, keyed(b"a", producer_id=1, producer_epoch=0, base_sequence=1, is_transactional=True))
+    p.append_marker(1, 0, committed=True)
+    append_txn(p, keyed(b"c", producer_id=2, producer_epoch=0, base_sequence=1, is_transactional=True))
+    p.append_marker(2, 0, committed=True)
+    log.roll()
+    abort_marker = [t.last_offset for t in p.aborted_transactions(0, 100)]
+    assert len(abort_marker) == 1
+    cleaner = LogCleaner(time=clock)
+
+    def markers() -> list[tuple[int, int, bool]]:
+        return [(h.base_offset, h.records_count, h.has_delete_horizon)
+                for h in (h for _, h in iter_batches(read(log))) if h.is_control]
+
+    # round 1: the aborted data goes; its marker stays (data was there) with its index entry
+    cleaner.clean(log, force=True)
+    assert all(h.base_offset != aborted_first for _, h in iter_batches(read(log)) if not h.is_control)
+    assert [m[0] for m in markers()][:2] == [abort_marker[0], abort_marker[0] + 2]
+    assert p.aborted_transactions(0, 100) == [AbortedTxn(1, aborted_first, abort_marker[0], abort_marker[0] + 1)]
+    # round 2: no data left behind the first two markers: they get a delete horizon
+    cleaner.clean(log, force=True)
+    assert markers()[:2] == [(abort_marker[0], 1, True), (abort_marker[0] + 2, 1, True)]
+    assert p.aborted_transactions(0, 100) == []
+    # round 3, past the horizon: they are gone; the later markers (with data) stay
+    clock.advance(2000)
+    cleaner.clean(log, force=True)
+    assert [m[0] for m in markers()] == [abort_marker[0] + 16, abort_marker[0] + 18]
+
+
+def read(log: Log) -> bytes:
+    out = bytearray()
+    offset = log.log_start_offset
+    while offset < log.log_end_offset:
+        data = log.read_bytes(offset, 1 << 20)
+        if not data:
+            break
+        out += data
+        offset = [h for _, h in iter_batches(data)][-1].next_offset
+    return bytes(out)
+
+
+def test_compaction_stops_at_the_last_stable_offset(tmp_path, clock: Clock) -> None:
+    from broker.log import LogCleaner
+
+    config = small_config(segment_bytes=700, cleanup_policy=("compact",))
+    log = create_log(str(tmp_path), "c", 0, config, time=clock)
+    p = partition_of(log)
+    p.append_records(batch([b"1"], keys=[b"k"]))
+    append_txn(p, batch([b"open"], keys=[b"t"], producer_id=3, producer_epoch=0, base_sequence=0,
+                        is_transactional=True))
+    for _ in range(20):
+        p.append_records(batch([b"2"], keys=[b"k"]))
+    log.roll()
+    result = LogCleaner(time=clock).clean(log, first_unstable_offset=p.last_stable_offset, force=True)
+    assert result is None or result.end_offset <= p.last_stable_offset
+    assert len([h for _, h in iter_batches(read(log)) if h.base_offset == 0]) == 1  # nothing cleaned
+
+
+def test_retention_takes_the_txnindex_with_its_segment(tmp_path, clock: Clock) -> None:
+    log = create_log(str(tmp_path), "t", 0, small_config(segment_bytes=1024), time=clock)
+    p = partition_of(log)
+    append_txn(p, txn_batch(1, 0, size=400))
+    p.append_marker(1, 0, committed=False)
+    first = log.segments[0]
+    assert not first.txn_index.is_empty()
+    for _ in range(4):
+        p.append_records(batch(1, size=400))
+    path = first.txn_index.path
+    log.delete_records_before(log.segments[-1].base_offset)
+    log.delete_pending_files(force=True)
+    assert not os.path.exists(path) and p.aborted_transactions(0, 100) == []
