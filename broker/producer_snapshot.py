@@ -4,7 +4,10 @@ The file is the producer state after every batch below `offset`: int16 version (
 CRC-32C of the rest, int32 count, then per producer: int64 producer id, int16 epoch, int32 last
 sequence, int64 last offset, int32 offset delta (last minus first sequence of the last batch),
 int64 timestamp, int32 coordinator epoch, int64 first offset of the open transaction (-1: none).
-As in Kafka only the producer's last batch is kept, so a restart recognises a retry of that one.
+Kafka writes one entry per producer, for its last batch; here a producer gets one entry per
+batch it remembers (up to five, oldest first, each with the producer's fields), so a restart
+still recognises retries of all five. Kafka reads such a file as its own: the last entry of a
+producer, the newest, is the one it keeps.
 
 A partition writes one when its log rolls a segment and at a clean shutdown; loading starts from
 the latest usable one and replays only the batches after it. Files are written under a `.tmp`
@@ -58,13 +61,12 @@ def encode(entries: Iterable[ProducerEntry]) -> bytes:
     body = bytearray()
     count = 0
     for e in entries:
-        last = e.batches[-1] if e.batches else None
-        body += _ENTRY.pack(
-            e.producer_id, e.epoch,
-            last.last_seq if last else -1, last.last_offset if last else -1,
-            last.last_seq - last.first_seq if last else 0,
-            e.last_timestamp, e.coordinator_epoch, e.current_txn_first_offset)
-        count += 1
+        for b in e.batches or [None]:
+            body += _ENTRY.pack(
+                e.producer_id, e.epoch,
+                b.last_seq if b else -1, b.last_offset if b else -1, b.last_seq - b.first_seq if b else 0,
+                e.last_timestamp, e.coordinator_epoch, e.current_txn_first_offset)
+            count += 1
     rest = struct.pack(">i", count) + bytes(body)
     return struct.pack(">hI", VERSION, crc32c.crc32c(rest)) + rest
 
@@ -79,16 +81,19 @@ def decode(data: bytes) -> list[ProducerEntry]:
         raise CorruptSnapshotError("snapshot CRC mismatch")
     if count < 0 or len(data) != _HEAD.size + count * _ENTRY.size:
         raise CorruptSnapshotError("snapshot size does not match its %d entries" % count)
-    entries = []
+    entries: dict[int, ProducerEntry] = {}
     for i in range(count):
         pid, epoch, last_seq, last_offset, delta, ts, coordinator_epoch, txn_first = _ENTRY.unpack_from(
             data, _HEAD.size + i * _ENTRY.size)
-        entry = ProducerEntry(pid, epoch, last_timestamp=ts, coordinator_epoch=coordinator_epoch,
-                              current_txn_first_offset=txn_first)
+        entry = entries.get(pid)
+        if entry is None:
+            entry = entries[pid] = ProducerEntry(pid)
+        # a producer's entries repeat its fields; its last one (the newest batch) counts, as in Kafka
+        entry.set_epoch(epoch)
+        entry.last_timestamp, entry.coordinator_epoch, entry.current_txn_first_offset = ts, coordinator_epoch, txn_first
         if last_offset >= 0:
             entry.batches.append(BatchMetadata(last_seq - delta, last_seq, last_offset - delta, last_offset, ts))
-        entries.append(entry)
-    return entries
+    return list(entries.values())
 
 
 def write_snapshot(directory: str, offset: int, entries: Iterable[ProducerEntry]) -> None:
