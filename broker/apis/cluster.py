@@ -8,10 +8,10 @@ from typing import Any
 
 import structlog
 
-from broker.apis.metadata import CLUSTER_OPERATIONS
+from broker.apis.metadata import cluster_authorized_operations
 from broker.apis.registry import api
 from broker.metadata import validate_topic_name
-from broker.security.authz import listener_of
+from broker.security.authz import Op, Res, authorize, authorize_cluster, listener_of
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages import (
     AlterReplicaLogDirsResponse,
@@ -47,7 +47,7 @@ async def handle_describe_cluster(ctx: Any, request: Any) -> Any:
         brokers=[DC.DescribeClusterBroker(broker_id=broker.node_id, host=host, port=port,
                                           rack=broker.config["broker.rack"], is_fenced=False)],
         cluster_authorized_operations=(
-            CLUSTER_OPERATIONS if request.include_cluster_authorized_operations else -2147483648
+            cluster_authorized_operations(ctx) if request.include_cluster_authorized_operations else -2147483648
         ),
     )
 
@@ -91,6 +91,8 @@ def describe_log_dir(broker: Any, log_dir: str, wanted: set[tuple[str, int]] | N
 @api(35)
 async def handle_describe_log_dirs(ctx: Any, request: Any) -> Any:
     broker = ctx.broker
+    if not authorize_cluster(ctx, Op.DESCRIBE):
+        return L(throttle_time_ms=0, error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), results=[])
     wanted = None
     if request.topics is not None:
         wanted = {(t.topic, p) for t in request.topics for p in t.partitions}
@@ -110,11 +112,13 @@ async def handle_alter_replica_log_dirs(ctx: Any, request: Any) -> Any:
         for t in d.topics:
             for p in t.partitions:
                 targets[(t.name, p)] = d.path
+    allowed = authorize_cluster(ctx, Op.ALTER)
     results: dict[str, list[Any]] = defaultdict(list)
     for (topic, index), path in targets.items():
-        code = ErrorCode.NONE
+        code = ErrorCode.NONE if allowed else ErrorCode.CLUSTER_AUTHORIZATION_FAILED
         try:
-            ctx.broker.log_dir_mover.alter(topic, index, path)
+            if allowed:
+                ctx.broker.log_dir_mover.alter(topic, index, path)
         except KafkaError as exc:
             log.warning("unable to alter log dirs", topic=topic, partition=index, error=exc.message)
             code = exc.code
@@ -144,6 +148,8 @@ async def handle_describe_producers(ctx: Any, request: Any) -> Any:
             validate_topic_name(t.name)
         except KafkaError as exc:
             error = exc
+        if error is None and not authorize(ctx, Op.READ, Res.TOPIC, t.name):
+            error = KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, None)
         if error is None and broker.metadata.topic(t.name) is None:
             error = KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
         partitions = []

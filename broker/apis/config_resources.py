@@ -17,6 +17,7 @@ from typing import Any
 
 from broker.apis.registry import api
 from broker.metadata import RESOURCE_BROKER, RESOURCE_CLIENT_METRICS, RESOURCE_GROUP, RESOURCE_TOPIC
+from broker.security.authz import Op, authorize_cluster
 from broker.telemetry.manager import MATCH, METRICS, validate_subscription
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages import DescribeConfigsResponse, ListConfigResourcesResponse
@@ -58,6 +59,8 @@ def alter_client_metrics(broker: Any, name: str, new_configs: Mapping[str, str],
 @api(74)
 async def handle_list_config_resources(ctx: Any, request: Any) -> Any:
     broker = ctx.broker
+    if not authorize_cluster(ctx, Op.DESCRIBE_CONFIGS):
+        return LC(throttle_time_ms=0, error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), config_resources=[])
     supported = V1_TYPES if ctx.api_version >= 1 else (RESOURCE_CLIENT_METRICS,)
     asked = list(request.resource_types) if ctx.api_version >= 1 and request.resource_types else list(supported)
     if any(t not in supported for t in asked):

@@ -37,6 +37,8 @@ from broker.metadata import (
     RESOURCE_TOPIC,
     validate_topic_name,
 )
+from broker.security.acl import AUTHORIZATION_MESSAGES
+from broker.security.authz import CLUSTER_NAME, Op, Res, authorize, error_for
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages import (
     AlterConfigsResponse,
@@ -362,12 +364,31 @@ def _type_name(rtype: int) -> str:
     return names.get(rtype, "UNKNOWN")
 
 
+_CONFIG_RESOURCE_TYPES = (RESOURCE_TOPIC, RESOURCE_BROKER, RESOURCE_BROKER_LOGGER, RESOURCE_CLIENT_METRICS, 32)
+
+
+def config_access(ctx: Any, rtype: int, name: str, operation: Op) -> KafkaError | None:
+    """Whether the principal may describe (DESCRIBE_CONFIGS) or alter (ALTER_CONFIGS) a config
+    resource: a topic's or a group's own, the cluster's for the broker, its loggers and client
+    metrics (ConfigHelper, ControllerApis.authorizeAlterResource); the error if not."""
+    if rtype not in _CONFIG_RESOURCE_TYPES:
+        return None  # refused on its own
+    resource = Res.TOPIC if rtype == RESOURCE_TOPIC else Res.GROUP if rtype == 32 else Res.CLUSTER
+    if authorize(ctx, operation, resource, name if resource != Res.CLUSTER else CLUSTER_NAME):
+        return None
+    code = error_for(resource)
+    return KafkaError(code, AUTHORIZATION_MESSAGES[code])
+
+
 @api(32)
 async def handle_describe_configs(ctx: Any, request: Any) -> Any:
     docs = ctx.api_version >= 3 and request.include_documentation
     results = []
     for resource in request.resources:
         try:
+            denied = config_access(ctx, resource.resource_type, resource.resource_name, Op.DESCRIBE_CONFIGS)
+            if denied is not None:
+                raise denied
             result = _describe_resource(ctx.broker, resource, request.include_synonyms, docs)
         except KafkaError as exc:
             result = D.DescribeConfigsResult(error_code=int(exc.code), error_message=exc.message, configs=[])
@@ -570,8 +591,10 @@ def _alter(ctx: Any, request: Any, incremental: bool, cls: Any) -> Any:
         if keys[(resource.resource_type, resource.resource_name)] > 1:
             error = KafkaError(ErrorCode.INVALID_REQUEST, "Each resource must appear at most once.")
         else:
+            error = config_access(ctx, resource.resource_type, resource.resource_name, Op.ALTER_CONFIGS)
             try:
-                _alter_resource(ctx.broker, resource, request.validate_only, incremental)
+                if error is None:
+                    _alter_resource(ctx.broker, resource, request.validate_only, incremental)
             except KafkaError as exc:
                 error = exc
         responses.append(cls.AlterConfigsResourceResponse(

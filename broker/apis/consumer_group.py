@@ -9,8 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from broker import features
-from broker.apis.group import GROUP_OPERATIONS, coordinator_of, release_on_next_request, request_info
+from broker.apis.group import coordinator_of, release_on_next_request, request_info
 from broker.apis.registry import api
+from broker.security.authz import Op, Res, authorize, authorized_operations, filter_authorized
 from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
 
@@ -29,6 +30,13 @@ UNSUPPORTED = KafkaError(E.UNSUPPORTED_VERSION, "The version of API is not suppo
 async def handle_consumer_group_heartbeat(ctx: Any, request: Any) -> Any:
     if not consumer_protocol_enabled(ctx):
         return M.ConsumerGroupHeartbeatResponse(error_code=UNSUPPORTED.code, error_message=UNSUPPORTED.message)
+    if not authorize(ctx, Op.READ, Res.GROUP, request.group_id):
+        return M.ConsumerGroupHeartbeatResponse(error_code=E.GROUP_AUTHORIZATION_FAILED,
+                                                error_message="Group authorization failed.")
+    if request.subscribed_topic_names and len(filter_authorized(
+            ctx, Op.DESCRIBE, Res.TOPIC, request.subscribed_topic_names)) < len(set(request.subscribed_topic_names)):
+        # a member may not subscribe to topics it may not describe
+        return M.ConsumerGroupHeartbeatResponse(error_code=E.TOPIC_AUTHORIZATION_FAILED)
     try:
         coordinator = coordinator_of(ctx)
         release_on_next_request(ctx, coordinator, request)
@@ -44,12 +52,29 @@ async def handle_consumer_group_describe(ctx: Any, request: Any) -> Any:
         return M.ConsumerGroupDescribeResponse(groups=[
             M.ConsumerGroupDescribeResponse.DescribedGroup(group_id=g, error_code=E.UNSUPPORTED_VERSION)
             for g in group_ids])
+    D = M.ConsumerGroupDescribeResponse.DescribedGroup
+    allowed = [g for g in group_ids if authorize(ctx, Op.DESCRIBE, Res.GROUP, g)]
+    denied = [D(group_id=g, error_code=E.GROUP_AUTHORIZATION_FAILED) for g in group_ids if g not in allowed]
     try:
-        groups = await coordinator_of(ctx).consumer_group_describe(group_ids)
+        groups = await coordinator_of(ctx).consumer_group_describe(allowed) if allowed else []
     except KafkaError as exc:
-        groups = [M.ConsumerGroupDescribeResponse.DescribedGroup(group_id=g, error_code=exc.code) for g in group_ids]
+        groups = [D(group_id=g, error_code=exc.code) for g in allowed]
     if request.include_authorized_operations:
         for g in groups:
             if g.error_code == E.NONE:
-                g.authorized_operations = GROUP_OPERATIONS
+                g.authorized_operations = authorized_operations(ctx, Res.GROUP, g.group_id)
+    groups = denied + groups
+    if getattr(ctx.broker, "authorizer", None) is not None:
+        groups = [_hide_unauthorized_topics(ctx, g) for g in groups]
     return M.ConsumerGroupDescribeResponse(groups=groups)
+
+
+def _hide_unauthorized_topics(ctx: Any, group: Any) -> Any:
+    """A group whose members hold topics the principal may not describe is not shown (KafkaApis)."""
+    names = {tp.topic_name for m in group.members or [] for a in (m.assignment, m.target_assignment)
+             if a is not None for tp in a.topic_partitions}
+    if len(filter_authorized(ctx, Op.DESCRIBE, Res.TOPIC, names)) == len(names):
+        return group
+    return M.ConsumerGroupDescribeResponse.DescribedGroup(
+        group_id=group.group_id, error_code=E.TOPIC_AUTHORIZATION_FAILED, members=[],
+        error_message="The group has described topic(s) that the client is not authorized to describe.")

@@ -17,7 +17,7 @@ from typing import Any
 from broker import features
 from broker.apis.registry import api
 from broker.apis.topics import assigned_brokers
-from broker.security.authz import listener_of
+from broker.security.authz import Op, authorize_cluster, listener_of, require_cluster
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages import (
     AlterPartitionReassignmentsResponse,
@@ -36,6 +36,7 @@ UF = UpdateFeaturesResponse
 
 @api(57)
 async def handle_update_features(ctx: Any, request: Any) -> Any:
+    require_cluster(ctx, Op.ALTER)
     updates = []
     for u in request.feature_updates:
         if ctx.api_version == 0:
@@ -81,6 +82,12 @@ def _partition_result(index: int, error: KafkaError | None) -> Any:
 @api(43)
 async def handle_elect_leaders(ctx: Any, request: Any) -> Any:
     broker = ctx.broker
+    if not authorize_cluster(ctx, Op.ALTER):
+        denied = KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
+        return EL(throttle_time_ms=0, error_code=int(denied.code), replica_election_results=[
+            EL.ReplicaElectionResult(topic=t.topic, partition_result=[_partition_result(p, denied)
+                                                                      for p in t.partitions])
+            for t in request.topic_partitions or []])
     election_type = request.election_type if ctx.api_version >= 1 else PREFERRED
     if election_type not in (PREFERRED, UNCLEAN):
         return EL(throttle_time_ms=0, error_code=int(ErrorCode.INVALID_REQUEST), replica_election_results=[])
@@ -121,6 +128,7 @@ def _reassign(broker: Any, topic: str, index: int, replicas: list[int] | None) -
 
 @api(45)
 async def handle_alter_partition_reassignments(ctx: Any, request: Any) -> Any:
+    require_cluster(ctx, Op.ALTER)
     responses = []
     for t in request.topics:
         partitions = []
@@ -141,6 +149,7 @@ async def handle_alter_partition_reassignments(ctx: Any, request: Any) -> Any:
 
 @api(46)
 async def handle_list_partition_reassignments(ctx: Any, request: Any) -> Any:
+    require_cluster(ctx, Op.DESCRIBE)
     return LR(throttle_time_ms=0, error_code=0, error_message=None, topics=[])
 
 
@@ -162,6 +171,7 @@ def _quorum_partition(broker: Any, now_ms: int) -> Any:
 
 @api(55)
 async def handle_describe_quorum(ctx: Any, request: Any) -> Any:
+    require_cluster(ctx, Op.DESCRIBE)
     broker = ctx.broker
     valid = (len(request.topics) == 1 and request.topics[0].topic_name == METADATA_TOPIC
              and [p.partition_index for p in request.topics[0].partitions] == [0])

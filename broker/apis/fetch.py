@@ -18,6 +18,7 @@ import structlog
 
 from broker.apis.registry import api
 from broker.partition import READ_COMMITTED
+from broker.security.authz import Op, Res, authorize, authorize_cluster
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages import FetchResponse
 
@@ -46,7 +47,20 @@ class _Target:
         self.error = error
 
 
-def _resolve(broker: Any, request: Any, version: int) -> list[_Target]:
+def _readable(ctx: Any, request: Any, version: int) -> Any:
+    """None when every topic may be read (no authorizer, or a follower with CLUSTER_ACTION), else
+    the check of one topic: consumers need READ on it; a follower without CLUSTER_ACTION nothing."""
+    if getattr(ctx.broker, "authorizer", None) is None:
+        return None
+    replica_id = request.replica_state.replica_id if version >= 15 else request.replica_id
+    if replica_id >= 0:
+        return None if authorize_cluster(ctx, Op.CLUSTER_ACTION) else (lambda name: False)
+    return lambda name: authorize(ctx, Op.READ, Res.TOPIC, name)
+
+
+def _resolve(ctx: Any, request: Any, version: int) -> list[_Target]:
+    broker = ctx.broker
+    readable = _readable(ctx, request, version)
     targets = []
     for t in request.topics:
         if version >= 13:
@@ -54,11 +68,14 @@ def _resolve(broker: Any, request: Any, version: int) -> list[_Target]:
             name = info.name if info is not None else None
         else:
             name = t.topic
+        denied = readable is not None and name is not None and not readable(name)
         for p in t.partitions:
-            partition = broker.partitions.get(name, p.partition) if name is not None else None
-            if partition is None:
+            partition = broker.partitions.get(name, p.partition) if name is not None and not denied else None
+            if denied:
+                error: ErrorCode | None = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif partition is None:
                 # an unknown id, or a known topic without that partition
-                error: ErrorCode | None = ErrorCode.UNKNOWN_TOPIC_ID if name is None else \
+                error = ErrorCode.UNKNOWN_TOPIC_ID if name is None else \
                     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             else:
                 error = _check_leader_epoch(partition, p.current_leader_epoch)
@@ -139,7 +156,7 @@ async def handle_fetch(ctx: Any, request: Any) -> Any:
         return R(throttle_time_ms=0, error_code=int(ErrorCode.FETCH_SESSION_ID_NOT_FOUND), session_id=0, responses=[])
     broker = ctx.broker
     isolation = request.isolation_level
-    targets = _resolve(broker, request, version)
+    targets = _resolve(ctx, request, version)
     entries, total = _read_all(targets, request, isolation)
     deadline = time.monotonic() + request.max_wait_ms / 1000.0
     waitable = [t.partition for t in targets if t.error is None]

@@ -13,7 +13,7 @@ from typing import Any
 
 from broker.apis.registry import api
 from broker.coordinator.group import RequestInfo
-from broker.security.authz import listener_of
+from broker.security.authz import Op, Res, authorize, authorize_cluster, authorized_operations, listener_of
 from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
 
@@ -48,7 +48,14 @@ def request_info(ctx: Any) -> RequestInfo:
 
 # ----- FindCoordinator -------------------------------------------------------------------
 def _find(ctx: Any, key_type: int, key: str) -> ErrorCode:
-    """This single broker coordinates every group, transactional id and share partition."""
+    """This single broker coordinates every group, transactional id and share partition (which
+    the principal must be allowed to DESCRIBE; share partitions need CLUSTER_ACTION)."""
+    if key_type == KEY_TYPE_GROUP and not authorize(ctx, Op.DESCRIBE, Res.GROUP, key):
+        return E.GROUP_AUTHORIZATION_FAILED
+    if key_type == KEY_TYPE_TRANSACTION and not authorize(ctx, Op.DESCRIBE, Res.TRANSACTIONAL_ID, key):
+        return E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    if key_type == KEY_TYPE_SHARE and ctx.api_version >= 6 and not authorize_cluster(ctx, Op.CLUSTER_ACTION):
+        return E.CLUSTER_AUTHORIZATION_FAILED
     if key_type == KEY_TYPE_GROUP:
         return E.NONE if getattr(ctx.broker, "group_coordinator", None) is not None else E.COORDINATOR_NOT_AVAILABLE
     if key_type == KEY_TYPE_TRANSACTION:
@@ -84,12 +91,19 @@ async def handle_find_coordinator(ctx: Any, request: Any) -> Any:
 
 
 # ----- JoinGroup / SyncGroup / Heartbeat / LeaveGroup ------------------------------------
+def _require_read(ctx: Any, group_id: str) -> None:
+    """The member APIs need READ on the group (before anything else is looked at)."""
+    if not authorize(ctx, Op.READ, Res.GROUP, group_id):
+        raise KafkaError(E.GROUP_AUTHORIZATION_FAILED)
+
+
 @api(11)
 async def handle_join_group(ctx: Any, request: Any) -> Any:
     version = ctx.api_version
     if version == 0:
         request.rebalance_timeout_ms = request.session_timeout_ms  # v0 has none: the session timeout
     try:
+        _require_read(ctx, request.group_id)
         response = await coordinator_of(ctx).join_group(request, request_info(ctx))
     except KafkaError as exc:
         response = M.JoinGroupResponse(error_code=exc.code, protocol_type=None, protocol_name=None)
@@ -106,6 +120,7 @@ async def handle_sync_group(ctx: Any, request: Any) -> Any:
     if ctx.api_version >= 5 and (request.protocol_type is None or request.protocol_name is None):
         return M.SyncGroupResponse(error_code=E.INCONSISTENT_GROUP_PROTOCOL)
     try:
+        _require_read(ctx, request.group_id)
         return await coordinator_of(ctx).sync_group(request, request_info(ctx))
     except KafkaError as exc:
         return M.SyncGroupResponse(error_code=exc.code)
@@ -121,6 +136,7 @@ def release_on_next_request(ctx: Any, coordinator: Any, request: Any) -> None:
 @api(12)
 async def handle_heartbeat(ctx: Any, request: Any) -> Any:
     try:
+        _require_read(ctx, request.group_id)
         coordinator = coordinator_of(ctx)
         release_on_next_request(ctx, coordinator, request)
         return await coordinator.heartbeat(request)
@@ -136,6 +152,7 @@ async def handle_leave_group(ctx: Any, request: Any) -> Any:
     else:
         identities = [M.LeaveGroupRequest.MemberIdentity(member_id=request.member_id, group_instance_id=None)]
     try:
+        _require_read(ctx, request.group_id)
         response = await coordinator_of(ctx).leave_group(request.group_id, identities)
     except KafkaError as exc:
         response = M.LeaveGroupResponse(error_code=exc.code)
@@ -149,15 +166,19 @@ async def handle_leave_group(ctx: Any, request: Any) -> Any:
 # ----- DescribeGroups / ListGroups / DeleteGroups ----------------------------------------
 @api(15)
 async def handle_describe_groups(ctx: Any, request: Any) -> Any:
+    D = M.DescribeGroupsResponse
+    allowed = [g for g in request.groups if authorize(ctx, Op.DESCRIBE, Res.GROUP, g)]
+    denied = [D.DescribedGroup(group_id=g, error_code=E.GROUP_AUTHORIZATION_FAILED)
+              for g in request.groups if g not in allowed] if len(allowed) < len(request.groups) else []
     try:
-        groups = await coordinator_of(ctx).describe_groups(list(request.groups), ctx.api_version)
+        groups = await coordinator_of(ctx).describe_groups(allowed, ctx.api_version)
     except KafkaError as exc:
-        groups = [M.DescribeGroupsResponse.DescribedGroup(group_id=g, error_code=exc.code) for g in request.groups]
+        groups = [D.DescribedGroup(group_id=g, error_code=exc.code) for g in allowed]
     if ctx.api_version >= 3 and request.include_authorized_operations:
         for g in groups:
             if g.error_code == E.NONE:
-                g.authorized_operations = GROUP_OPERATIONS
-    return M.DescribeGroupsResponse(groups=groups)
+                g.authorized_operations = authorized_operations(ctx, Res.GROUP, g.group_id)
+    return D(groups=denied + groups)
 
 
 @api(16)
@@ -168,14 +189,20 @@ async def handle_list_groups(ctx: Any, request: Any) -> Any:
         code, groups = await coordinator_of(ctx).list_groups(states, types)
     except KafkaError as exc:
         code, groups = exc.code, []
+    if not authorize_cluster(ctx, Op.DESCRIBE, log_if_denied=False):
+        # without DESCRIBE on the cluster, only the groups the principal may describe
+        groups = [g for g in groups if authorize(ctx, Op.DESCRIBE, Res.GROUP, g.group_id, log_if_denied=False)]
     return M.ListGroupsResponse(error_code=code, groups=groups)
 
 
 @api(42)
 async def handle_delete_groups(ctx: Any, request: Any) -> Any:
-    group_ids = list(dict.fromkeys(request.groups_names))  # duplicates are deleted once
+    names = list(dict.fromkeys(request.groups_names))  # duplicates are deleted once
+    group_ids = [g for g in names if authorize(ctx, Op.DELETE, Res.GROUP, g)]
     try:
-        results = await coordinator_of(ctx).delete_groups(group_ids)
+        results = await coordinator_of(ctx).delete_groups(group_ids) if group_ids else []
     except KafkaError as exc:
         results = [M.DeleteGroupsResponse.DeletableGroupResult(group_id=g, error_code=exc.code) for g in group_ids]
+    results += [M.DeleteGroupsResponse.DeletableGroupResult(group_id=g, error_code=E.GROUP_AUTHORIZATION_FAILED)
+                for g in names if g not in group_ids]
     return M.DeleteGroupsResponse(results=results)

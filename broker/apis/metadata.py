@@ -8,7 +8,15 @@ from typing import Any
 
 from broker.apis.registry import api
 from broker.metadata import INTERNAL_TOPICS, validate_topic_name
-from broker.security.authz import listener_of
+from broker.security.authz import (
+    CLUSTER_NAME,
+    Op,
+    Res,
+    authorize,
+    authorize_cluster,
+    authorized_operations,
+    listener_of,
+)
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages import DescribeTopicPartitionsResponse, MetadataResponse
 
@@ -55,31 +63,50 @@ def _missing_topic_error(name: str) -> ErrorCode:
     return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
+def _creatable(ctx: Any, name: str) -> bool:
+    """Auto-creation needs CREATE on the cluster or on the topic."""
+    return authorize_cluster(ctx, Op.CREATE, log_if_denied=False) or authorize(ctx, Op.CREATE, Res.TOPIC, name)
+
+
 @api(3)
 async def handle_metadata(ctx: Any, request: Any) -> Any:
     broker = ctx.broker
     version = ctx.api_version
-    ops = TOPIC_OPERATIONS if request.include_topic_authorized_operations else OPERATIONS_NOT_REQUESTED
+    secured = getattr(broker, "authorizer", None) is not None
+    want_ops = version >= 8 and request.include_topic_authorized_operations
+    ops = TOPIC_OPERATIONS if want_ops else OPERATIONS_NOT_REQUESTED
     # v0 has no null: an empty list means every topic there
     all_topics = request.topics is None or (version == 0 and not request.topics)
     # auto-creation is always allowed before v4 (the flag does not exist there)
     allow_create = broker.config["auto.create.topics.enable"] and (version < 4 or request.allow_auto_topic_creation)
     topics: list[Any] = []
     if all_topics:
-        topics = [topic_metadata(broker, info, ops) for info in list(broker.metadata.topics.values())]
+        # as Kafka: the topics the principal may not describe are left out
+        topics = [topic_metadata(broker, info, ops) for info in list(broker.metadata.topics.values())
+                  if not secured or authorize(ctx, Op.DESCRIBE, Res.TOPIC, info.name, log_if_denied=False)]
     else:
         for wanted in request.topics:
             if wanted.name is None:
                 info = broker.metadata.topic_by_id(wanted.topic_id)
                 if info is None:
                     topics.append(topic_error(None, ErrorCode.UNKNOWN_TOPIC_ID, wanted.topic_id))
+                elif secured and not authorize(ctx, Op.DESCRIBE, Res.TOPIC, info.name):
+                    # topic ids are not secret: the id is answered, the name is not
+                    topics.append(topic_error(None, ErrorCode.TOPIC_AUTHORIZATION_FAILED, wanted.topic_id))
                 else:
                     topics.append(topic_metadata(broker, info, ops))
+                continue
+            if secured and not authorize(ctx, Op.DESCRIBE, Res.TOPIC, wanted.name):
+                # whether the topic exists is not disclosed
+                topics.append(topic_error(wanted.name, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
                 continue
             info = broker.metadata.topic(wanted.name)
             # internal topics are created by their coordinators, with their own partition counts
             # and configs: a client's Metadata request must not create them with the defaults
             if info is None and allow_create and wanted.name not in INTERNAL_TOPICS:
+                if secured and not _creatable(ctx, wanted.name):
+                    topics.append(topic_error(wanted.name, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+                    continue
                 # As Kafka 4.x (DefaultAutoTopicCreationManager): the creation goes to the
                 # controller and this answer says UNKNOWN_TOPIC_OR_PARTITION; the client asks
                 # again and then sees the partitions.
@@ -95,18 +122,30 @@ async def handle_metadata(ctx: Any, request: Any) -> Any:
                 topics.append(topic_error(wanted.name, _missing_topic_error(wanted.name)))
             else:
                 topics.append(topic_metadata(broker, info, ops))
+    if secured and want_ops:
+        for t in topics:
+            if t.error_code == 0:
+                t.topic_authorized_operations = authorized_operations(ctx, Res.TOPIC, t.name)
     host, port = broker.advertised(listener_of(ctx))
+    cluster_ops = OPERATIONS_NOT_REQUESTED
+    if 8 <= version <= 10 and request.include_cluster_authorized_operations:
+        cluster_ops = cluster_authorized_operations(ctx)
     return R(
         throttle_time_ms=0,
         brokers=[R.MetadataResponseBroker(node_id=broker.node_id, host=host, port=port, rack=broker.config["broker.rack"])],
         cluster_id=broker.cluster_id,
         controller_id=broker.node_id,
         topics=topics,
-        cluster_authorized_operations=(
-            CLUSTER_OPERATIONS if request.include_cluster_authorized_operations else OPERATIONS_NOT_REQUESTED
-        ),
+        cluster_authorized_operations=cluster_ops,
         error_code=0,
     )
+
+
+def cluster_authorized_operations(ctx: Any) -> int:
+    """The cluster's authorized operations: none without DESCRIBE on it (KafkaApis, DescribeCluster)."""
+    if not authorize_cluster(ctx, Op.DESCRIBE):
+        return 0
+    return authorized_operations(ctx, Res.CLUSTER, CLUSTER_NAME)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -154,6 +193,16 @@ async def handle_describe_topic_partitions(ctx: Any, request: Any) -> Any:
         return _invalid_request(request)
     remaining = max(min(MAX_REQUEST_PARTITION_SIZE_LIMIT, request.response_partition_limit), 1)
     response = DT(throttle_time_ms=0, topics=[], next_cursor=None)
+    unauthorized = []
+    if getattr(broker, "authorizer", None) is not None:
+        # topics the principal may not describe: left out of "every topic", else refused
+        # without saying whether they exist
+        allowed = [n for n in wanted if authorize(ctx, Op.DESCRIBE, Res.TOPIC, n)]
+        if not every_topic:
+            unauthorized = [DT.DescribeTopicPartitionsResponseTopic(
+                error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED), name=n, topic_id=uuid.UUID(int=0),
+                is_internal=False, partitions=[]) for n in wanted if n not in allowed]
+        wanted = allowed
     for name in wanted:
         if remaining == 0:
             # the cursor points at the start of the topic the limit left out
@@ -175,4 +224,8 @@ async def handle_describe_topic_partitions(ctx: Any, request: Any) -> Any:
             response.next_cursor = DT.Cursor(topic_name=name, partition_index=next_index)
             break
         remaining -= len(partitions)
+    if unauthorized or getattr(broker, "authorizer", None) is not None:
+        for t in response.topics:
+            t.topic_authorized_operations = authorized_operations(ctx, Res.TOPIC, t.name)
+        response.topics.extend(unauthorized)
     return response

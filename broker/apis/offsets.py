@@ -13,6 +13,7 @@ from typing import Any
 
 from broker.apis.group import coordinator_of
 from broker.apis.registry import api
+from broker.security.authz import Op, Res, authorize, filter_authorized
 from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
 from protocol.primitives import ZERO_UUID
@@ -51,6 +52,10 @@ async def handle_offset_commit(ctx: Any, request: Any) -> Any:
     version = ctx.api_version
     use_ids = version >= 10
     metadata = ctx.broker.metadata
+    # as KafkaApis: READ on the group, then READ on each topic before its existence is looked at
+    secured = getattr(ctx.broker, "authorizer", None) is not None
+    if secured and not authorize(ctx, Op.READ, Res.GROUP, request.group_id):
+        return _failed_commit(request.topics, E.GROUP_AUTHORIZATION_FAILED)
     valid = []  # the topics (with their known partitions) for the coordinator
     unknown: list[tuple[Any, list[Any], ErrorCode]] = []  # answered here
     for topic in request.topics:
@@ -60,11 +65,15 @@ async def handle_offset_commit(ctx: Any, request: Any) -> Any:
                 unknown.append((topic, topic.partitions, E.UNKNOWN_TOPIC_ID))
                 continue
             topic.name = info.name
-        else:
+        if secured and not authorize(ctx, Op.READ, Res.TOPIC, topic.name):
+            unknown.append((topic, topic.partitions, E.TOPIC_AUTHORIZATION_FAILED))
+            continue
+        if not use_ids:
             info = metadata.topic(topic.name)
             if info is None:
                 unknown.append((topic, topic.partitions, E.UNKNOWN_TOPIC_OR_PARTITION))
                 continue
+        assert info is not None
         count = info.partitions
         known = [p for p in topic.partitions if 0 <= p.partition_index < count]
         if len(known) == len(topic.partitions):
@@ -129,6 +138,9 @@ async def _fetch_group(ctx: Any, group: Any, require_stable: bool) -> Any:
     version = ctx.api_version
     use_ids = version >= 10
     metadata = ctx.broker.metadata
+    secured = getattr(ctx.broker, "authorizer", None) is not None
+    if secured and not authorize(ctx, Op.DESCRIBE, Res.GROUP, group.group_id):
+        return _group_error(group, E.GROUP_AUTHORIZATION_FAILED, version)
     try:
         coordinator = coordinator_of(ctx)
     except KafkaError as exc:
@@ -138,6 +150,9 @@ async def _fetch_group(ctx: Any, group: Any, require_stable: bool) -> Any:
         response = await coordinator.fetch_offsets(group, require_stable)
         if response.error_code:
             return _group_error(group, response.error_code, version)
+        if secured:  # the offsets of topics the principal may not describe are left out
+            allowed = filter_authorized(ctx, Op.DESCRIBE, Res.TOPIC, [t.name for t in response.topics])
+            response.topics = [t for t in response.topics if t.name in allowed]
         if use_ids:
             topics = []
             for t in response.topics:
@@ -161,6 +176,12 @@ async def _fetch_group(ctx: Any, group: Any, require_stable: bool) -> Any:
                     for p in t.partition_indexes]))
                 continue
             t.name = info.name
+        if secured and not authorize(ctx, Op.DESCRIBE, Res.TOPIC, t.name):
+            unknown.append(OF.OffsetFetchResponseTopics(name=t.name, topic_id=t.topic_id, partitions=[
+                OF.OffsetFetchResponsePartitions(partition_index=p, committed_offset=-1, committed_leader_epoch=-1,
+                                                 metadata="", error_code=E.TOPIC_AUTHORIZATION_FAILED)
+                for p in t.partition_indexes]))
+            continue
         wanted.append(t)
     request = M.OffsetFetchRequest.OffsetFetchRequestGroup(
         group_id=group.group_id, member_id=group.member_id, member_epoch=group.member_epoch, topics=wanted)
@@ -204,9 +225,15 @@ async def handle_offset_fetch(ctx: Any, request: Any) -> Any:
 @api(47)
 async def handle_offset_delete(ctx: Any, request: Any) -> Any:
     metadata = ctx.broker.metadata
+    if not authorize(ctx, Op.DELETE, Res.GROUP, request.group_id):
+        return OD(error_code=E.GROUP_AUTHORIZATION_FAILED)
     out = _TopicResponses(lambda name, _tid: OD.OffsetDeleteResponseTopic(name=name, partitions=[]))
     valid = []
     for topic in request.topics:
+        if not authorize(ctx, Op.READ, Res.TOPIC, topic.name):
+            out.add(topic.name, None, [OD.OffsetDeleteResponsePartition(
+                partition_index=p.partition_index, error_code=E.TOPIC_AUTHORIZATION_FAILED) for p in topic.partitions])
+            continue
         info = metadata.topic(topic.name)
         count = info.partitions if info is not None else 0
         bad = [p for p in topic.partitions if not 0 <= p.partition_index < count]

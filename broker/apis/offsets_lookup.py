@@ -6,6 +6,7 @@ from typing import Any
 
 from broker.apis.fetch import _check_leader_epoch
 from broker.apis.registry import api
+from broker.security.authz import Op, Res, authorize, authorize_cluster
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages import DeleteRecordsResponse, ListOffsetsResponse, OffsetForLeaderEpochResponse
 
@@ -54,9 +55,13 @@ async def handle_list_offsets(ctx: Any, request: Any) -> Any:
     for t in request.topics:
         out = L.ListOffsetsTopicResponse(name=t.name, partitions=[])
         topics.append(out)
+        denied = not authorize(ctx, Op.DESCRIBE, Res.TOPIC, t.name)
         for p in t.partitions:
             entry = L.ListOffsetsPartitionResponse(partition_index=p.partition_index, timestamp=-1, offset=-1)
             out.partitions.append(entry)
+            if denied:
+                entry.error_code = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                continue
             partition, entry.error_code = _leader_partition(broker, t.name, p.partition_index, p.current_leader_epoch)
             if partition is None:
                 continue
@@ -74,12 +79,18 @@ E = OffsetForLeaderEpochResponse
 async def handle_offset_for_leader_epoch(ctx: Any, request: Any) -> Any:
     broker = ctx.broker
     topics = []
+    # a follower with CLUSTER_ACTION may ask for any topic, a consumer needs DESCRIBE on it
+    everything = authorize_cluster(ctx, Op.CLUSTER_ACTION, log_if_denied=False)
     for t in request.topics:
         out = E.OffsetForLeaderTopicResult(topic=t.topic, partitions=[])
         topics.append(out)
+        denied = not everything and not authorize(ctx, Op.DESCRIBE, Res.TOPIC, t.topic)
         for p in t.partitions:
             entry = E.EpochEndOffset(partition=p.partition, leader_epoch=-1, end_offset=-1)
             out.partitions.append(entry)
+            if denied:
+                entry.error_code = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                continue
             partition, entry.error_code = _leader_partition(broker, t.topic, p.partition, p.current_leader_epoch)
             if partition is None:
                 continue
@@ -97,9 +108,13 @@ async def handle_delete_records(ctx: Any, request: Any) -> Any:
     for t in request.topics:
         out = D.DeleteRecordsTopicResult(name=t.name, partitions=[])
         topics.append(out)
+        denied = not authorize(ctx, Op.DELETE, Res.TOPIC, t.name)
         for p in t.partitions:
             entry = D.DeleteRecordsPartitionResult(partition_index=p.partition_index, low_watermark=-1)
             out.partitions.append(entry)
+            if denied:
+                entry.error_code = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                continue
             partition, entry.error_code = _leader_partition(broker, t.name, p.partition_index)
             if partition is None:
                 continue

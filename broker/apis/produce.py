@@ -11,6 +11,7 @@ import structlog
 
 from broker.apis.registry import api
 from broker.apis.txn import verify_transactional_produce
+from broker.security.authz import Op, Res, authorize
 from protocol.compression import ZSTD
 from protocol.errors import ErrorCode, KafkaError, ProtocolError
 from protocol.messages import ProduceResponse
@@ -86,10 +87,12 @@ async def _produce_partition(ctx: Any, partition: Any, index: int, records: Any,
 async def handle_produce(ctx: Any, request: Any) -> Any:
     broker = ctx.broker
     version = ctx.api_version
-    # transactional records need the transactional id they are written for (Kafka then checks
-    # its authorization): without one every partition fails
-    fenced = request.transactional_id is None and any(
+    # transactional records need the transactional id they are written for, with WRITE on it:
+    # otherwise every partition fails
+    tid = request.transactional_id
+    fenced = (tid is None or not authorize(ctx, Op.WRITE, Res.TRANSACTIONAL_ID, tid)) and any(
         _is_transactional(p.records) for t in request.topic_data for p in t.partition_data)
+    authorizer = getattr(broker, "authorizer", None)
     responses = []
     pending = []
     for topic in request.topic_data:
@@ -100,11 +103,14 @@ async def handle_produce(ctx: Any, request: Any) -> Any:
             name = topic.name
         out = R.TopicProduceResponse(name=topic.name, topic_id=topic.topic_id, partition_responses=[])
         responses.append(out)
+        denied = authorizer is not None and name is not None and not authorize(ctx, Op.WRITE, Res.TOPIC, name)
         for p in topic.partition_data:
             # Kafka's order of checks: authorization, existence, the records, then acks
             partition = broker.partitions.get(name, p.index) if name is not None else None
             if fenced:
                 out.partition_responses.append(_partition_error(p.index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
+            elif denied:
+                out.partition_responses.append(_partition_error(p.index, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
             elif partition is None:
                 code = ErrorCode.UNKNOWN_TOPIC_ID if name is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 out.partition_responses.append(_partition_error(p.index, code))

@@ -14,6 +14,8 @@ from typing import Any
 from broker.apis.configs import effective_topic_configs, validate_topic_configs
 from broker.apis.registry import api
 from broker.metadata import validate_topic_name
+from broker.security.acl import AUTHORIZATION_MESSAGES
+from broker.security.authz import Op, Res, authorize, authorize_cluster
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages import CreatePartitionsResponse, CreateTopicsResponse, DeleteTopicsResponse
 
@@ -164,6 +166,9 @@ async def handle_create_topics(ctx: Any, request: Any) -> Any:
     counts = Counter(t.name for t in request.topics)
     results = []
     answered: set[str] = set()
+    # CREATE on the cluster allows every topic, else CREATE on each; the configs are answered
+    # only with DESCRIBE_CONFIGS on the topic (ControllerApis.createTopics)
+    cluster_create = authorize_cluster(ctx, Op.CREATE, log_if_denied=False)
     for topic in request.topics:
         if topic.name in answered:
             continue
@@ -173,11 +178,18 @@ async def handle_create_topics(ctx: Any, request: Any) -> Any:
         elif topic.name == CLUSTER_METADATA_TOPIC:
             results.append(_create_error(topic.name, ErrorCode.INVALID_REQUEST,
                                          "Creation of internal topic %s is prohibited." % CLUSTER_METADATA_TOPIC))
+        elif not cluster_create and not authorize(ctx, Op.CREATE, Res.TOPIC, topic.name):
+            results.append(_create_error(topic.name, ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed."))
         else:
             try:
-                results.append(await _create_topic(broker, topic, request.validate_only))
+                result = await _create_topic(broker, topic, request.validate_only)
             except KafkaError as exc:
                 results.append(_create_error(topic.name, exc.code, exc.message))
+                continue
+            if not authorize(ctx, Op.DESCRIBE_CONFIGS, Res.TOPIC, topic.name, log_if_denied=False):
+                result.configs, result.num_partitions, result.replication_factor = [], -1, -1
+                result.topic_config_error_code = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+            results.append(result)
     return C(throttle_time_ms=0, topics=results)
 
 
@@ -223,20 +235,39 @@ async def handle_delete_topics(ctx: Any, request: Any) -> Any:
         if count > 1:
             responses.append(_deleted(None, topic_id, ErrorCode.INVALID_REQUEST, "Duplicate topic id."))
     doomed: dict[uuid.UUID, str] = {}
+    # DELETE on the cluster allows every topic, else DESCRIBE and DELETE on each are looked at
+    # (ControllerApis.deleteTopics): a name the principal may not describe is not looked up
+    everything = authorize_cluster(ctx, Op.DELETE, log_if_denied=False)
+
+    def describable(topic: str) -> bool:
+        return everything or authorize(ctx, Op.DESCRIBE, Res.TOPIC, topic)
+
+    def deletable(topic: str) -> bool:
+        return everything or authorize(ctx, Op.DELETE, Res.TOPIC, topic)
+
+    denied = ErrorCode.TOPIC_AUTHORIZATION_FAILED
     for topic_id, count in by_id.items():
         if count == 1:
             info = broker.metadata.topic_by_id(topic_id)
             if info is None:
                 responses.append(_deleted(None, topic_id, ErrorCode.UNKNOWN_TOPIC_ID,
                                           DEFAULT_MESSAGES[ErrorCode.UNKNOWN_TOPIC_ID]))
+            elif not deletable(info.name):
+                responses.append(_deleted(info.name if describable(info.name) else None, topic_id, denied,
+                                          AUTHORIZATION_MESSAGES[denied]))
             else:
                 doomed[topic_id] = info.name
     for name, count in by_name.items():
         if count == 1:
+            if not describable(name):
+                responses.append(_deleted(name, ZERO_UUID, denied, AUTHORIZATION_MESSAGES[denied]))
+                continue
             info = broker.metadata.topic(name)
             if info is None:
                 responses.append(_deleted(name, ZERO_UUID, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                           DEFAULT_MESSAGES[ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]))
+            elif not deletable(name):
+                responses.append(_deleted(name, ZERO_UUID, denied, AUTHORIZATION_MESSAGES[denied]))
             elif info.topic_id in doomed:
                 del doomed[info.topic_id]
                 responses.append(_deleted(name, info.topic_id, ErrorCode.INVALID_REQUEST,
@@ -289,6 +320,10 @@ async def handle_create_partitions(ctx: Any, request: Any) -> Any:
     budget = MAX_PARTITIONS_PER_BATCH
     for topic in request.topics:
         if counts[topic.name] > 1:
+            continue
+        if not authorize(ctx, Op.ALTER, Res.TOPIC, topic.name):
+            results.append(P.CreatePartitionsTopicResult(
+                name=topic.name, error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED), error_message=None))
             continue
         try:
             check_new_partitions(broker, topic)

@@ -18,6 +18,15 @@ from broker.apis.registry import api
 from broker.coordinator.group.coordinator import GROUP_METADATA_TOPIC as OFFSETS_TOPIC
 from broker.coordinator.group.coordinator import txn_offset_commit_error
 from broker.coordinator.txn.state import TV_0, TV_2, TopicPartition
+from broker.metadata import INTERNAL_TOPICS
+from broker.security.authz import (
+    Op,
+    Res,
+    authorize,
+    authorize_by_resource_type,
+    authorize_cluster,
+    filter_authorized,
+)
 from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import BatchHeader
@@ -48,6 +57,14 @@ def _fenced(code: ErrorCode, version: int, knows_fenced_from: int) -> ErrorCode:
 async def handle_init_producer_id(ctx: Any, request: Any) -> Any:
     R = M.InitProducerIdResponse
     version = ctx.api_version
+    # as KafkaApis, before anything else: WRITE on the transactional id; an idempotent producer
+    # needs IDEMPOTENT_WRITE on the cluster or WRITE on some topic
+    if request.transactional_id is not None:
+        if not authorize(ctx, Op.WRITE, Res.TRANSACTIONAL_ID, request.transactional_id):
+            return R(error_code=E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, producer_id=-1, producer_epoch=-1)
+    elif not authorize_cluster(ctx, Op.IDEMPOTENT_WRITE, log_if_denied=False) and \
+            not authorize_by_resource_type(ctx, Op.WRITE, Res.TOPIC):
+        return R(error_code=E.CLUSTER_AUTHORIZATION_FAILED, producer_id=-1, producer_epoch=-1)
     producer_id = request.producer_id if version >= 3 else NO_PRODUCER_ID
     epoch = request.producer_epoch if version >= 3 else NO_PRODUCER_EPOCH
     if (producer_id == NO_PRODUCER_ID) != (epoch == NO_PRODUCER_EPOCH):
@@ -78,15 +95,26 @@ def _topic_results(errors: dict[TopicPartition, ErrorCode]) -> list[Any]:
 async def _add_partitions(ctx: Any, transaction: Any, version: int) -> dict[TopicPartition, ErrorCode]:
     partitions = [(t.name, p) for t in transaction.topics for p in t.partitions]
     metadata = ctx.broker.metadata
-    unknown = {tp for tp in partitions if (info := metadata.topic(tp[0])) is None or not 0 <= tp[1] < info.partitions}
-    if unknown:
-        # the whole transaction fails: the unknown partitions say why, the others were not attempted
-        return {tp: E.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown else E.OPERATION_NOT_ATTEMPTED for tp in partitions}
+    tid = transaction.transactional_id
+    if version < 4:
+        # a client's request: WRITE on the transactional id, then on each topic (internal topics
+        # are never writable this way)
+        if not authorize(ctx, Op.WRITE, Res.TRANSACTIONAL_ID, tid):
+            return {tp: E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED for tp in partitions}
+        writable = filter_authorized(ctx, Op.WRITE, Res.TOPIC, [t for t, _ in partitions if t not in INTERNAL_TOPICS])
+    else:
+        writable = {t for t, _ in partitions}
+    denied = {tp for tp in partitions if tp[0] not in writable}
+    unknown = {tp for tp in partitions if tp not in denied and (
+        (info := metadata.topic(tp[0])) is None or not 0 <= tp[1] < info.partitions)}
+    if unknown or denied:
+        # the whole transaction fails: the failed partitions say why, the others were not attempted
+        return {tp: E.TOPIC_AUTHORIZATION_FAILED if tp in denied else E.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown
+                else E.OPERATION_NOT_ATTEMPTED for tp in partitions}
     try:
         coordinator = coordinator_of(ctx)
     except KafkaError as exc:
         return {tp: exc.code for tp in partitions}
-    tid = transaction.transactional_id
     if version >= 4 and transaction.verify_only:
         return dict(await coordinator.verify_partitions(tid, transaction.producer_id, transaction.producer_epoch,
                                                         partitions))
@@ -108,6 +136,8 @@ async def handle_add_partitions_to_txn(ctx: Any, request: Any) -> Any:
             topics=request.v3_and_below_topics)
         errors = await _add_partitions(ctx, transaction, version)
         return R(results_by_topic_v3_and_below=_topic_results(errors))
+    if not authorize_cluster(ctx, Op.CLUSTER_ACTION):  # v4+ comes from brokers
+        return R(error_code=E.CLUSTER_AUTHORIZATION_FAILED, results_by_transaction=[])
     results = await asyncio.gather(*(_add_partitions(ctx, t, version) for t in request.transactions))
     return R(error_code=E.NONE, results_by_transaction=[
         R.AddPartitionsToTxnResult(transactional_id=t.transactional_id, topic_results=_topic_results(errors))
@@ -119,6 +149,10 @@ async def handle_add_partitions_to_txn(ctx: Any, request: Any) -> Any:
 async def handle_add_offsets_to_txn(ctx: Any, request: Any) -> Any:
     """The group's __consumer_offsets partition joins the transaction (TxnOffsetCommit follows)."""
     R = M.AddOffsetsToTxnResponse
+    if not authorize(ctx, Op.WRITE, Res.TRANSACTIONAL_ID, request.transactional_id):
+        return R(error_code=E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    if not authorize(ctx, Op.READ, Res.GROUP, request.group_id):
+        return R(error_code=E.GROUP_AUTHORIZATION_FAILED)
     try:
         coordinator = coordinator_of(ctx)
         offsets_partition = (OFFSETS_TOPIC, group_coordinator_of(ctx).partition_for(request.group_id))
@@ -146,9 +180,20 @@ async def handle_txn_offset_commit(ctx: Any, request: Any) -> Any:
     R = M.TxnOffsetCommitResponse
     version = ctx.api_version
     metadata = ctx.broker.metadata
-    answered: list[Any] = []  # unknown topics and partitions, answered here
+    # WRITE on the transactional id, READ on the group, then READ on each topic
+    if not authorize(ctx, Op.WRITE, Res.TRANSACTIONAL_ID, request.transactional_id):
+        return txn_offset_commit_error(request, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    if not authorize(ctx, Op.READ, Res.GROUP, request.group_id):
+        return txn_offset_commit_error(request, E.GROUP_AUTHORIZATION_FAILED)
+    readable = filter_authorized(ctx, Op.READ, Res.TOPIC, [t.name for t in request.topics])
+    answered: list[Any] = []  # unauthorized and unknown topics and partitions, answered here
     valid = []
     for topic in request.topics:
+        if topic.name not in readable:
+            answered.append(R.TxnOffsetCommitResponseTopic(name=topic.name, partitions=[
+                R.TxnOffsetCommitResponsePartition(partition_index=p.partition_index,
+                                                   error_code=E.TOPIC_AUTHORIZATION_FAILED) for p in topic.partitions]))
+            continue
         info = metadata.topic(topic.name)
         count = info.partitions if info is not None else 0
         known = [p for p in topic.partitions if 0 <= p.partition_index < count]
@@ -196,6 +241,8 @@ async def _commit_transactional_offsets(ctx: Any, request: Any, version: int) ->
 async def handle_end_txn(ctx: Any, request: Any) -> Any:
     R = M.EndTxnResponse
     version = ctx.api_version
+    if not authorize(ctx, Op.WRITE, Res.TRANSACTIONAL_ID, request.transactional_id):
+        return R(error_code=E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, producer_id=-1, producer_epoch=-1)
     try:
         coordinator = coordinator_of(ctx)
     except KafkaError as exc:
@@ -218,14 +265,19 @@ async def handle_describe_transactions(ctx: Any, request: Any) -> Any:
                                      for t in request.transactional_ids])
 
     async def one(tid: str) -> Any:
+        if not authorize(ctx, Op.DESCRIBE, Res.TRANSACTIONAL_ID, tid):
+            return R.TransactionState(error_code=E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, transactional_id=tid)
         code, meta = await coordinator.describe(tid)
         if meta is None:
             return R.TransactionState(error_code=code, transactional_id=tid)
+        # only the partitions of topics the principal may describe
+        partitions = {t: ps for t, ps in meta.describe_partitions().items()
+                      if authorize(ctx, Op.DESCRIBE, Res.TOPIC, t)}
         return R.TransactionState(
             error_code=E.NONE, transactional_id=tid, transaction_state=meta.state.kafka_name,
             transaction_timeout_ms=meta.txn_timeout_ms, transaction_start_time_ms=meta.txn_start_timestamp,
             producer_id=meta.producer_id, producer_epoch=meta.producer_epoch,
-            topics=[R.TopicData(topic=t, partitions=ps) for t, ps in meta.describe_partitions().items()])
+            topics=[R.TopicData(topic=t, partitions=ps) for t, ps in partitions.items()])
 
     return R(transaction_states=list(await asyncio.gather(*(one(t) for t in request.transactional_ids))))
 
@@ -244,7 +296,8 @@ async def handle_list_transactions(ctx: Any, request: Any) -> Any:
         request.transactional_id_pattern if version >= 2 else None)
     return R(error_code=code, unknown_state_filters=unknown, transaction_states=[
         R.TransactionState(transactional_id=m.transactional_id, producer_id=m.producer_id,
-                           transaction_state=m.state.kafka_name) for m in txns])
+                           transaction_state=m.state.kafka_name) for m in txns
+        if authorize(ctx, Op.DESCRIBE, Res.TRANSACTIONAL_ID, m.transactional_id, log_if_denied=False)])
 
 
 # ----- verification of transactional produce (KIP-890) -------------------------------------

@@ -24,6 +24,7 @@ class AclOperation(enum.IntEnum):
     IDEMPOTENT_WRITE = 12
     CREATE_TOKENS = 13
     DESCRIBE_TOKENS = 14
+    TWO_PHASE_COMMIT = 15  # KIP-939
 
 
 class ResourceType(enum.IntEnum):
@@ -62,7 +63,7 @@ SUPPORTED_OPERATIONS: dict[ResourceType, tuple[AclOperation, ...]] = {
     Res.GROUP: (Op.READ, Op.DESCRIBE, Op.DELETE, Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS),
     Res.CLUSTER: (Op.CREATE, Op.CLUSTER_ACTION, Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS, Op.IDEMPOTENT_WRITE, Op.ALTER,
                   Op.DESCRIBE),
-    Res.TRANSACTIONAL_ID: (Op.DESCRIBE, Op.WRITE),
+    Res.TRANSACTIONAL_ID: (Op.DESCRIBE, Op.WRITE, Op.TWO_PHASE_COMMIT),
     Res.DELEGATION_TOKEN: (Op.DESCRIBE,),
     Res.USER: (Op.CREATE_TOKENS, Op.DESCRIBE_TOKENS),
 }
@@ -73,6 +74,16 @@ AUTHORIZATION_ERRORS: dict[ResourceType, ErrorCode] = {
     Res.CLUSTER: ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
     Res.TRANSACTIONAL_ID: ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
     Res.DELEGATION_TOKEN: ErrorCode.DELEGATION_TOKEN_AUTHORIZATION_FAILED,
+}
+
+
+# Kafka's default messages of the authorization errors (Errors.*.message())
+AUTHORIZATION_MESSAGES: dict[ErrorCode, str] = {
+    ErrorCode.TOPIC_AUTHORIZATION_FAILED: "Topic authorization failed.",
+    ErrorCode.GROUP_AUTHORIZATION_FAILED: "Group authorization failed.",
+    ErrorCode.CLUSTER_AUTHORIZATION_FAILED: "Cluster authorization failed.",
+    ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: "Transactional Id authorization failed.",
+    ErrorCode.DELEGATION_TOKEN_AUTHORIZATION_FAILED: "Delegation Token authorization failed.",
 }
 
 

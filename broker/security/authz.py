@@ -13,6 +13,8 @@ client's address are checked against the ACLs (broker/security/authorizer.py). U
 `log_if_denied=False` where Kafka does (filters such as Metadata for all topics, authorized
 operations). `authorize_cluster(ctx, op)` checks the CLUSTER resource "kafka-cluster";
 `authorize_by_resource_type` is Kafka's (InitProducerId without a transactional id).
+`require_cluster(ctx, op)` raises KafkaError(CLUSTER_AUTHORIZATION_FAILED) when denied (Kafka's
+authorizeClusterOperation: the response's top-level error code says it).
 `error_for(Res.X)` is the resource type's authorization error code.
 """
 
@@ -25,10 +27,10 @@ from broker.security.acl import AUTHORIZATION_ERRORS, CLUSTER_NAME, SUPPORTED_OP
 from broker.security.acl import AclOperation as Op
 from broker.security.acl import ResourceType as Res
 from broker.security.principal import ANONYMOUS
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, KafkaError
 
 __all__ = ["Op", "Res", "authorize", "authorize_cluster", "authorize_by_resource_type", "filter_authorized",
-           "authorized_operations", "error_for", "listener_of", "principal_of", "CLUSTER_NAME"]
+           "authorized_operations", "error_for", "listener_of", "principal_of", "require_cluster", "CLUSTER_NAME"]
 
 
 def principal_of(ctx: Any) -> str:
@@ -53,6 +55,13 @@ def authorize(ctx: Any, operation: Op, resource_type: Res, name: str, log_if_den
 
 def authorize_cluster(ctx: Any, operation: Op, log_if_denied: bool = True) -> bool:
     return authorize(ctx, operation, Res.CLUSTER, CLUSTER_NAME, log_if_denied)
+
+
+def require_cluster(ctx: Any, operation: Op) -> None:
+    """Kafka's authorizeClusterOperation: the whole request fails with CLUSTER_AUTHORIZATION_FAILED
+    (the server answers it in the response's top-level error code)."""
+    if not authorize(ctx, operation, Res.CLUSTER, CLUSTER_NAME):
+        raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
 
 
 def filter_authorized(ctx: Any, operation: Op, resource_type: Res, names: Iterable[str],
