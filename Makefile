@@ -20,7 +20,7 @@ test: $(VENV)/.installed
 	$(PY) -m pytest -q -p no:cacheprovider
 
 check: $(VENV)/.installed
-	$(VENV)/bin/ruff check protocol broker tests bench
+	$(VENV)/bin/ruff check protocol broker pyspark_kafka tests bench examples
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
