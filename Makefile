@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 DATA ?= ./data
 PORT ?= 9092
 
-.PHONY: run test check bench clean
+.PHONY: run test check bench pipeline clean
 
 $(VENV)/.installed: pyproject.toml $(wildcard setup.py) protocol/_speedups.c
 	$(PYTHON) -m venv $(VENV)
@@ -15,6 +15,9 @@ $(VENV)/.installed: pyproject.toml $(wildcard setup.py) protocol/_speedups.c
 
 run: $(VENV)/.installed
 	$(PY) -m broker --override listeners=PLAINTEXT://127.0.0.1:$(PORT) --override log.dirs=$(DATA)
+
+pipeline: $(VENV)/.installed
+	$(PY) examples/spark_pipeline.py --bootstrap 127.0.0.1:$(PORT)
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q -p no:cacheprovider

@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Iterator
 from itertools import repeat
-from operator import is_not
+from operator import is_not, itemgetter
 from typing import Any, cast
 
 import pyarrow as pa
@@ -42,6 +42,8 @@ def arrow_schema(include_headers: bool) -> pa.Schema:
     return pa.schema(_BASE_FIELDS + ([pa.field("headers", HEADERS_TYPE)] if include_headers else []))
 
 
+_SCHEMAS = {False: arrow_schema(False), True: arrow_schema(True)}
+
 # Consumer settings that keep the client's prefetch queue full: with librdkafka's defaults a
 # partition read stalls for `fetch.queue.backoff.ms` whenever the queue is at its threshold.
 EXECUTOR_DEFAULTS = {
@@ -65,6 +67,11 @@ _ERROR = Message.error
 
 CONSUME_BATCH = 10_000
 _NONES = repeat(None)
+_FIRST = itemgetter(0)
+_SECOND = itemgetter(1)
+_MS = pa.timestamp("ms", tz="UTC")
+_US = pa.timestamp("us", tz="UTC")
+_ONE = pa.scalar(1, pa.int32())
 
 
 def consumer_config(kafka: dict[str, str], group_id: str) -> dict[str, Any]:
@@ -76,23 +83,24 @@ def consumer_config(kafka: dict[str, str], group_id: str) -> dict[str, Any]:
     return conf
 
 
-def to_record_batch(msgs: list[Message], topic: str, partition: int, include_headers: bool) -> pa.RecordBatch:
-    """Arrow columns for a list of data messages of one partition."""
+def to_record_batch(msgs: list[Message], offsets: list[int], topic: str, partition: int,
+                    include_headers: bool) -> pa.RecordBatch:
+    """Arrow columns for a list of data messages of one partition (`offsets`: their offsets)."""
     n = len(msgs)
-    kinds, stamps = zip(*map(_TIMESTAMP, msgs), strict=True)
+    stamps = list(map(_TIMESTAMP, msgs))  # (type, milliseconds) pairs
     columns = [
         pa.array(list(map(_KEY, msgs)), pa.binary()),
         pa.array(list(map(_VALUE, msgs)), pa.binary()),
         pa.repeat(pa.scalar(topic, pa.string()), n),
         pa.repeat(pa.scalar(partition, pa.int32()), n),
-        pa.array(list(map(_OFFSET, msgs)), pa.int64()),
-        pa.array(stamps, pa.int64()).cast(pa.timestamp("ms", tz="UTC")).cast(pa.timestamp("us", tz="UTC")),
+        pa.array(offsets, pa.int64()),
+        pa.array(list(map(_SECOND, stamps)), pa.int64()).cast(_MS).cast(_US),
         # confluent-kafka: 0 none, 1 create time, 2 log append time; Kafka's ids are one less
-        pc.subtract(pa.array(kinds, pa.int32()), pa.scalar(1, pa.int32())),
+        pc.subtract(pa.array(list(map(_FIRST, stamps)), pa.int32()), _ONE),
     ]
     if include_headers:
         columns.append(pa.array(list(map(_HEADERS, msgs)), HEADERS_TYPE))
-    return pa.RecordBatch.from_arrays(columns, schema=arrow_schema(include_headers))
+    return pa.RecordBatch.from_arrays(columns, schema=_SCHEMAS[include_headers])
 
 
 class RangeReader:
@@ -146,7 +154,9 @@ class RangeReader:
                 done = True
             if msgs:
                 position = offsets[len(msgs) - 1] + 1
-                yield to_record_batch(msgs, rng.topic, rng.partition, self.include_headers)
+                if cut < len(offsets):
+                    offsets = offsets[:cut]
+                yield to_record_batch(msgs, offsets, rng.topic, rng.partition, self.include_headers)
 
     def _handle_events(self, consumer: Consumer, msgs: list[Message], errors: list[Any],
                        position: int) -> tuple[list[Message], int, bool]:
