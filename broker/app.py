@@ -36,6 +36,7 @@ from broker.quorum import start_new_epoch
 from broker.security.authorizer import Authorizer
 from broker.security.listeners import build_listeners
 from broker.server import KafkaServer
+from broker.state_metrics import BrokerStateCollector
 from broker.telemetry import ClientTelemetry
 from broker.testing.faults import Faults
 from broker.txn_markers import PartitionMarkerWriter
@@ -123,7 +124,8 @@ class Broker:
         self.metrics.registry.register(self.telemetry.collector)
         self.cluster_id = ""
         self.default_log_config = LogConfig.from_broker_properties(config.raw)
-        self.logs = LogManager(config.log_dirs, self.default_log_config, topic_config=self._topic_log_config)
+        self.logs = LogManager(config.log_dirs, self.default_log_config, topic_config=self._topic_log_config,
+                               flush_observer=self.metrics.log_flushed)
         self.metadata: MetadataStore = None  # type: ignore[assignment]  # set in start()
         self.authorizer: Authorizer | None = None  # authorizer.class.name; set in start() (None: all allowed)
         self.group_coordinator: GroupCoordinator = None  # type: ignore[assignment]  # set in start()
@@ -135,6 +137,7 @@ class Broker:
         self.faults = faults if faults is not None else Faults()  # broker.testing's fault injection
         self.server.intercepts = self.faults.intercepts
         self.metrics.registry.register(self.faults)
+        self.metrics.registry.register(BrokerStateCollector(self))
         self.http: HttpEndpoint | None = None  # /metrics and /faults on metrics.port
         self.ports: list[int] = []
         self.listeners = build_listeners(config)  # checked and built before anything starts
@@ -332,6 +335,21 @@ class Broker:
         if port:
             self._advertised[listener] = (host, port)
         return host, port
+
+    # the cluster as clients see it -------------------------------------------------------------
+    def cluster_nodes(self) -> list[tuple[int, str, int]]:
+        """(node id, host, port) of every broker of the cluster: this one."""
+        host, port = self.advertised()
+        return [(self.node_id, host, port)]
+
+    def partition_layout(self, topic: str, partition: int) -> tuple[int, list[int], list[int]]:
+        """(leader, replicas, in-sync replicas) of a partition."""
+        return self.node_id, [self.node_id], [self.node_id]
+
+    def coordinators(self) -> list[tuple[str, Any]]:
+        """The coordinators by kind (group, transaction, ...), each with its `runtime`."""
+        found = (("group", self.group_coordinator), ("transaction", self.txn_coordinator))
+        return [(kind, coordinator) for kind, coordinator in found if coordinator is not None]
 
     async def stop(self, clean: bool = True) -> None:
         """Stop serving. Clean: in-flight requests finish, logs are flushed and checkpointed, the

@@ -25,7 +25,7 @@ MAX_HEAD = 64 * 1024
 MAX_BODY = 1024 * 1024
 READ_TIMEOUT_S = 10.0
 REASONS = {200: "OK", 201: "Created", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
-           413: "Payload Too Large"}
+           413: "Payload Too Large", 500: "Internal Server Error"}
 
 
 class HttpError(Exception):
@@ -54,7 +54,7 @@ class HttpEndpoint:
         try:
             try:
                 method, path, body = await asyncio.wait_for(_read_request(reader), READ_TIMEOUT_S)
-                status, content_type, payload = self._route(method, path, body)
+                status, content_type, payload = self._answer(method, path, body)
             except HttpError as exc:
                 status, content_type, payload = exc.status, "application/json", _json({"error": str(exc)})
             writer.write(b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % (
@@ -63,10 +63,17 @@ class HttpEndpoint:
             await writer.drain()
         except (TimeoutError, ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
             pass  # the client went away or was too slow: nothing to answer
-        except Exception:
-            log.exception("http request failed")
         finally:
             writer.close()
+
+    def _answer(self, method: str, path: str, body: bytes) -> tuple[int, str, bytes]:
+        try:
+            return self._route(method, path, body)
+        except HttpError:
+            raise
+        except Exception as exc:  # a broker bug: answered and logged, the endpoint stays up
+            log.exception("http request failed", method=method, path=path)
+            return 500, "application/json", _json({"error": repr(exc)})
 
     def _route(self, method: str, path: str, body: bytes) -> tuple[int, str, bytes]:
         path = path.split("?", 1)[0].rstrip("/") or "/"

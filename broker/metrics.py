@@ -7,11 +7,14 @@ scraped, on the event loop too. Other parts add collectors of their own to `regi
 
 from __future__ import annotations
 
+import bisect
+import threading
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, Gauge
-from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from protocol.messages import REQUESTS
 
@@ -28,6 +31,36 @@ class Count:
         self.value += amount
 
 
+# request latency buckets, in seconds (Prometheus' unit): 100 µs to 10 s
+LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+                   5.0, 10.0)
+# log flush (fsync) buckets: 100 µs to 5 s
+FLUSH_BUCKETS = (0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
+
+
+class Histogram:
+    """Observations per bucket, without the lock a prometheus_client Histogram takes per
+    observation: updated by one thread (or under the caller's lock), read when scraped."""
+
+    __slots__ = ("bounds", "counts", "total")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # the last one: above every bound (+Inf)
+        self.total = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.total += value
+
+    def add_to(self, family: HistogramMetricFamily, labels: list[str]) -> None:
+        cumulative, buckets = 0, []
+        for bound, count in zip((*self.bounds, float("inf")), self.counts):
+            cumulative += count
+            buckets.append((floatToGoString(bound), cumulative))
+        family.add_metric(labels, buckets, self.total)
+
+
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -37,7 +70,9 @@ class Metrics:
         self.bytes_in = Count()  # record bytes appended by Produce
         self.sendfile_bytes = Count()  # response bytes sent with os.sendfile (never copied into the process)
         self.sendfile_waits = Count()  # times a sendfile found the socket buffer full
-        self.connections = Gauge("kafka_connections", "Open client connections", registry=self.registry)
+        self.latency = {key: Histogram(LATENCY_BUCKETS) for key in self.api_names}  # request to response, per API
+        self.log_flush = Histogram(FLUSH_BUCKETS)  # fsyncs of partition logs (worker threads: under _flush_lock)
+        self._flush_lock = threading.Lock()
         self.registry.register(_Collector(self))
 
     def response_sent(self, api_key: int, size: int) -> None:
@@ -45,6 +80,15 @@ class Metrics:
         if api_key in requests:
             requests[api_key] += 1
             self.bytes_out[api_key] += size
+
+    def request_done(self, api_key: int, seconds: float) -> None:
+        latency = self.latency.get(api_key)
+        if latency is not None:
+            latency.observe(seconds)
+
+    def log_flushed(self, seconds: float) -> None:
+        with self._flush_lock:
+            self.log_flush.observe(seconds)
 
 
 class _Collector(Collector):
@@ -68,3 +112,13 @@ class _Collector(Collector):
             "kafka_sendfile_waits", "Times a sendfile waited for room in the socket buffer",
             value=m.sendfile_waits.value,
         )
+        latency = HistogramMetricFamily("kafka_request_latency_seconds", "Time from a request's arrival to its "
+                                        "response, per API", labels=["api"])
+        for key, name in m.api_names.items():
+            if m.requests[key] or m.latency[key].total:
+                m.latency[key].add_to(latency, [name])
+        yield latency
+        flush = HistogramMetricFamily("kafka_log_flush_seconds", "Time of partition log flushes (fsync)")
+        with m._flush_lock:
+            m.log_flush.add_to(flush, [])
+        yield flush

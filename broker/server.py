@@ -283,10 +283,12 @@ class Connection(asyncio.BufferedProtocol):
             return
         if rest is not None:
             await self._write_with_slices(rest)
+        elapsed = time.monotonic() - ctx.received
+        self.server.broker.metrics.request_done(header.api_key, elapsed)
         if self.server.debug:
             log.debug(
                 "request", client_id=header.client_id, api=api.name, version=header.api_version,
-                correlation_id=header.correlation_id, latency_ms=round((time.monotonic() - ctx.received) * 1000, 3),
+                correlation_id=header.correlation_id, latency_ms=round(elapsed * 1000, 3),
             )
 
     async def _sasl_turn(self, outcome: Outcome) -> None:

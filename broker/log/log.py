@@ -127,6 +127,7 @@ class Log:
         self.closed = False
         # broker.testing's fail_disk: called before each write, raises OSError as a broken disk would
         self.write_fault: Callable[[], None] | None = None
+        self.flush_observer: Callable[[float], None] | None = None  # told how long each flush took (metrics)
         self._roll_jitter_ms = self._new_jitter()
 
     # -- basic facts ------------------------------------------------------------------------------
@@ -520,10 +521,13 @@ class Log:
             ]
         if target <= self.recovery_point and not dir_dirty:
             return self.recovery_point
+        started = time.perf_counter()
         for seg in segments:
             seg.flush()
         if dir_dirty:
             fsync_dir(self.dir)
+        if self.flush_observer is not None:
+            self.flush_observer(time.perf_counter() - started)
         with self._lock:
             self.recovery_point = max(self.recovery_point, min(target, self.log_end_offset))
             self._last_flush_ms = self.time()

@@ -70,6 +70,7 @@ class LogManager:
         time: Callable[[], int] = wall_clock_ms,
         topic_config: Callable[[str], LogConfig | None] | None = None,
         recovery_threads_per_dir: int = 1,
+        flush_observer: Callable[[float], None] | None = None,
     ) -> None:
         if not log_dirs:
             raise ValueError("at least one log dir is required")
@@ -78,6 +79,7 @@ class LogManager:
         self.time = time
         self._topic_config = topic_config
         self.recovery_threads_per_dir = max(1, recovery_threads_per_dir)
+        self.flush_observer = flush_observer  # given to every log: how long each flush took (metrics)
         self._logs: dict[TopicPartition, Log] = {}
         self._log_dir_of: dict[TopicPartition, str] = {}
         self._lock = threading.RLock()
@@ -160,6 +162,7 @@ class LogManager:
                     raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{tp[0]}-{tp[1]} found in two log dirs")
                 if tp in cleaner_offsets:
                     log.cleaner_checkpoint = cleaner_offsets[tp]
+                log.flush_observer = self.flush_observer
                 self._logs[tp] = log
                 self._log_dir_of[tp] = log_dir
                 stats.per_log[tp] = load_stats
@@ -199,6 +202,7 @@ class LogManager:
             log = create_log(log_dir, topic, partition, config or self.config_for(topic), time=self.time)
             if topic_id is not None:
                 write_partition_metadata(log.dir, topic_id)
+            log.flush_observer = self.flush_observer
             self._logs[(topic, partition)] = log
             self._log_dir_of[(topic, partition)] = log_dir
             return log
@@ -207,6 +211,7 @@ class LogManager:
         """Put `log` (the partition moved to `log_dir`) in place of the current one, returned."""
         with self._lock:
             old = self._logs[(topic, partition)]
+            log.flush_observer = self.flush_observer
             self._logs[(topic, partition)] = log
             self._log_dir_of[(topic, partition)] = log_dir
         return old

@@ -50,6 +50,11 @@ class GroupCoordinator:
     def partition_for(self, group_id: str) -> int:
         return self.runtime.partition_for(group_id)
 
+    def loaded_shards(self) -> list[GroupCoordinatorShard]:
+        """The shards of the loaded partitions, for the metrics to read in the caller's turn on
+        the event loop (what they hold may include writes not yet durable)."""
+        return [self.runtime.shard(p) for p in self.runtime.active_partitions()]
+
     async def group_counts(self) -> dict[str, int]:
         """Number of groups per state name (for metrics)."""
         counts: dict[str, int] = {}

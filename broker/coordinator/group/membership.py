@@ -98,6 +98,7 @@ class ClassicGroupManager:
         self.timer = timer
         self.config = config
         self.new_uuid = new_uuid
+        self.rebalances = 0  # generations begun since this shard was built (metrics)
 
     def classic_group(self, group_id: str) -> ClassicGroup | None:
         group = self.groups.get(group_id)
@@ -374,6 +375,7 @@ class ClassicGroupManager:
             return _effects()
 
         group.init_next_generation(now)
+        self.rebalances += 1
         if group.state is S.EMPTY:
             log.info("group is now empty", group_id=group.group_id, generation=group.generation_id)
             return _effects([_group_snapshot(group, {})])

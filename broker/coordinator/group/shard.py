@@ -24,6 +24,7 @@ from broker.coordinator.group.consumer_heartbeat import ConsumerGroupManager
 from broker.coordinator.group.membership import ClassicGroupManager, RequestInfo, join_key, sync_key
 from broker.coordinator.group.offsets import OffsetManager
 from broker.coordinator.group.records import (
+    CONSUMER_GROUP_METADATA,
     CONSUMER_GROUP_RECORD_TYPES,
     GROUP_METADATA,
     LEGACY_OFFSET_COMMIT,
@@ -57,6 +58,8 @@ class GroupCoordinatorShard:
         self.offsets = OffsetManager(self.groups, self.classic, self.config)
         self.consumer = ConsumerGroupManager(self.groups, timer, self.config, metadata or StaticTopicMetadata())
         self.consumer.classic_members = ClassicMembers(self.consumer, self.classic)
+        self.loaded = False  # on_loaded ran: what is replayed from now on happens now (metrics count it)
+        self.consumer_rebalances = 0  # consumer group epochs bumped since loading (metrics)
 
     # ----- replay and lifecycle -----------------------------------------------------------
     def replay(self, key: bytes, value: bytes | None) -> None:
@@ -69,6 +72,11 @@ class GroupCoordinatorShard:
                     del self.groups[k.group]
             else:
                 self.groups[k.group] = ClassicGroup.from_record(k.group, v)
+        elif record_type == CONSUMER_GROUP_METADATA and v is not None:
+            # a group epoch bump is a rebalance (Kafka's consumer-group-rebalance count)
+            bumped = v.epoch > getattr(self.groups.get(k.group_id), "group_epoch", 0)
+            self.consumer.replay(record_type, k, v)
+            self.consumer_rebalances += self.loaded and bumped
         elif record_type in CONSUMER_GROUP_RECORD_TYPES:
             self.consumer.replay(record_type, k, v)
         else:
@@ -88,6 +96,7 @@ class GroupCoordinatorShard:
         self.offsets.replay_end_transaction(producer_id, committed)
 
     def on_loaded(self, now_ms: int) -> None:
+        self.loaded = True
         self.classic.on_loaded(now_ms)
         self.consumer.on_loaded(now_ms)
         self._schedule_expiration()
