@@ -133,7 +133,8 @@ DP = DescribeProducersResponse
 def active_producers(partition: Any) -> list[Any]:
     return [
         DP.ProducerState(producer_id=pid, producer_epoch=entry.epoch, last_sequence=entry.last_seq,
-                         last_timestamp=entry.last_timestamp, coordinator_epoch=-1, current_txn_start_offset=-1)
+                         last_timestamp=entry.last_timestamp, coordinator_epoch=entry.coordinator_epoch,
+                         current_txn_start_offset=entry.current_txn_first_offset)
         for pid, entry in sorted(partition.producers.producers.items())
     ]
 

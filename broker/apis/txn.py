@@ -1,6 +1,6 @@
 """Transaction APIs: InitProducerId (22), AddPartitionsToTxn (24), AddOffsetsToTxn (25), EndTxn (26),
-TxnOffsetCommit (28), DescribeTransactions (65), ListTransactions (66), and the verification of
-transactional produce.
+WriteTxnMarkers (27), TxnOffsetCommit (28), DescribeTransactions (65), ListTransactions (66), and
+the verification of transactional produce.
 
 The handlers adapt each version to the transaction coordinator (`broker.txn_coordinator`), as
 Kafka's KafkaApis does: PRODUCER_FENCED is INVALID_PRODUCER_EPOCH for clients older than the
@@ -252,6 +252,47 @@ async def handle_end_txn(ctx: Any, request: Any) -> Any:
                                        request.committed, tv)
     return R(error_code=_fenced(result.error, version, 2), producer_id=result.producer_id,
              producer_epoch=result.producer_epoch)
+
+
+# ----- WriteTxnMarkers ---------------------------------------------------------------------
+@api(27)
+async def handle_write_txn_markers(ctx: Any, request: Any) -> Any:
+    """A transaction coordinator's markers for this broker's partitions (inter-broker; our own
+    coordinator writes its markers directly, broker/txn_markers.py)."""
+    R = M.WriteTxnMarkersResponse
+    broker = ctx.broker
+    results = []
+    for marker in request.markers:
+        tv = marker.transaction_version if ctx.api_version >= 2 else TV_0
+        topics = []
+        for topic in marker.topics:
+            partitions = []
+            for index in topic.partition_indexes:
+                code = await _write_marker(broker, marker, topic.name, index, tv)
+                partitions.append(R.WritableTxnMarkerPartitionResult(partition_index=index, error_code=code))
+            topics.append(R.WritableTxnMarkerTopicResult(name=topic.name, partitions=partitions))
+        results.append(R.WritableTxnMarkerResult(producer_id=marker.producer_id, topics=topics))
+    return R(markers=results)
+
+
+async def _write_marker(broker: Any, marker: Any, topic: str, index: int, tv: int) -> ErrorCode:
+    try:
+        if topic == OFFSETS_TOPIC and broker.group_coordinator is not None:
+            if not 0 <= index < broker.group_coordinator.runtime.num_partitions:
+                return E.UNKNOWN_TOPIC_OR_PARTITION
+            await broker.group_coordinator.complete_transaction(
+                index, marker.producer_id, marker.producer_epoch, marker.transaction_result, marker.coordinator_epoch)
+            return E.NONE
+        partition = broker.partitions.get(topic, index)
+        if partition is None:
+            return E.UNKNOWN_TOPIC_OR_PARTITION
+        await partition.write_marker(marker.producer_id, marker.producer_epoch, marker.transaction_result,
+                                     marker.coordinator_epoch, tv)
+        return E.NONE
+    except KafkaError as exc:
+        return exc.code
+    except OSError:
+        return E.KAFKA_STORAGE_ERROR
 
 
 # ----- DescribeTransactions / ListTransactions -------------------------------------------

@@ -327,3 +327,38 @@ def test_txn_offset_commit_v5_adds_the_group_partition(bt: BrokerThread, c: RawC
     assert fetch_stable(c, "g5", "to5", 0) == (E.UNSTABLE_OFFSET_COMMIT, -1)
     assert end(c, "to5", pid, epoch, True, version=5).error_code == 0
     assert fetch_stable(c, "g5", "to5", 0) == (0, 4)
+
+
+# ----- WriteTxnMarkers and DescribeProducers ------------------------------------------------------
+def write_markers(c: RawClient, pid: int, epoch: int, committed: bool, partitions: dict[str, list[int]],
+                  version: int = 1) -> dict[tuple[str, int], int]:
+    R = M.WriteTxnMarkersRequest
+    r = c.call(27, version, R(markers=[R.WritableTxnMarker(
+        producer_id=pid, producer_epoch=epoch, transaction_result=committed, coordinator_epoch=0,
+        topics=[R.WritableTxnMarkerTopic(name=t, partition_indexes=ps) for t, ps in partitions.items()])]))
+    return {(t.name, p.partition_index): p.error_code for m in r.markers for t in m.topics for p in t.partitions}
+
+
+def producers(c: RawClient, topic: str) -> dict[int, Any]:
+    R = M.DescribeProducersRequest
+    r = c.call(61, 0, R(topics=[R.TopicRequest(name=topic, partition_indexes=[0])]))
+    return {p.producer_id: p for p in r.topics[0].partitions[0].active_producers}
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_write_txn_markers(bt: BrokerThread, c: RawClient, version: int) -> None:
+    topic = "wtm-%d" % version
+    bt.create_topic(topic, 1)
+    pid, epoch = begin(c, topic, topic)
+    assert txn_produce(c, topic, 0, topic, pid, epoch, 0, [b"x"]).error_code == 0
+    state = producers(c, topic)[pid]
+    assert (state.producer_epoch, state.current_txn_start_offset, state.last_sequence) == (epoch, 0, 0)
+    assert fetch_one(c, topic, 0, 0, isolation_level=READ_COMMITTED).last_stable_offset == 0
+    assert write_markers(c, pid, epoch - 1, True, {topic: [0]}, version) == {(topic, 0): E.INVALID_PRODUCER_EPOCH}
+    assert write_markers(c, pid, epoch, True, {topic: [0], "nope": [0]}, version) == {
+        (topic, 0): 0, ("nope", 0): E.UNKNOWN_TOPIC_OR_PARTITION}
+    part = fetch_one(c, topic, 0, 0, isolation_level=READ_COMMITTED)
+    assert part.last_stable_offset == part.high_watermark == 2
+    assert producers(c, topic)[pid].current_txn_start_offset == -1
+    assert write_markers(c, 424242, 0, False, {topic: [0]}, version) == {(topic, 0): 0}  # an unknown producer
+    assert end(c, topic, pid, epoch, True).error_code == 0  # the coordinator's own marker follows
