@@ -96,7 +96,9 @@ class Partition:
         transaction still open here, else the high watermark."""
         first = self.producers.first_unstable_offset()
         hw = self.log.log_end_offset
-        return hw if first is None or first > hw else first
+        if first is None or first > hw:
+            return hw
+        return max(first, self.log.log_start_offset)  # retention may have taken the transaction's start
 
     @property
     def log_start_offset(self) -> int:

@@ -1,0 +1,243 @@
+"""Transactions benchmark: our broker beside Tansu, in the same run (confluent-kafka clients).
+
+    python bench/transactions.py                  # 3 rounds, ours and tansu alternating
+    python bench/transactions.py --rounds 1 --records 20000
+
+Per round and broker (each started afresh on 127.0.0.1, never two at once):
+  idempotent   `records` records of 1 KB, acks=all, enable.idempotence, linger 10 ms, 1 partition
+  txn          the same records in transactions of 1000 (begin, produce, commit), acks=all; the
+               time of each commit_transaction() after a flush() is the EndTxn round trip seen by
+               the client (the produce requests are all answered before it starts)
+  consume      the transactional topic read from its start by an assign() consumer, once with
+               isolation.level=read_uncommitted and once with read_committed (order alternates)
+
+The goals (issue 11): transactional produce >= 80 % of the idempotent rate of the same client,
+EndTxn p99 <= 5 ms, read_committed >= 90 % of read_uncommitted. Output: a table on stderr, one
+JSON object on stdout. Every phase is bounded in records and wall-clock time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import peers  # noqa: E402
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+VALUE = b"v" * 1024
+PER_TXN = 1000
+PHASE_LIMIT_S = 120.0
+
+
+def log(msg: str) -> None:
+    print("[txn-bench %s] %s" % (time.strftime("%H:%M:%S"), msg), file=sys.stderr, flush=True)
+
+
+def create_topics(bootstrap: str, names: list[str]) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(n, 1, 1) for n in names], operation_timeout=30)
+    for f in futures.values():
+        f.result(30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # wait until the topics are served
+        md = admin.list_topics(timeout=10)
+        if all(n in md.topics and md.topics[n].error is None for n in names):
+            return
+        time.sleep(0.1)
+    raise RuntimeError("topics not ready")
+
+
+def producer_config(bootstrap: str, **extra: Any) -> dict[str, Any]:
+    return {"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 10, "batch.size": 1 << 20,
+            "queue.buffering.max.messages": 200000, "message.timeout.ms": 60000, **extra}
+
+
+def warm_up(p: Producer, topic: str) -> None:
+    """One record first, so that connections, metadata and the producer id are not timed."""
+    p.produce(topic, b"warm-up", partition=0)
+    if p.flush(30):
+        raise RuntimeError("warm-up record not delivered")
+
+
+def produce_idempotent(bootstrap: str, topic: str, records: int) -> float:
+    p = Producer(producer_config(bootstrap, **{"enable.idempotence": True}))
+    warm_up(p, topic)
+    errors: list[Any] = []
+    start = time.perf_counter()
+    for _ in range(records):
+        while True:
+            try:
+                p.produce(topic, VALUE, partition=0, on_delivery=lambda e, m: e and errors.append(e))
+                break
+            except BufferError:
+                p.poll(0.01)
+        p.poll(0)
+    remaining = p.flush(PHASE_LIMIT_S)
+    elapsed = time.perf_counter() - start
+    if remaining or errors:
+        raise RuntimeError("idempotent produce: %d undelivered, errors %s" % (remaining, errors[:3]))
+    return records / elapsed
+
+
+def produce_transactional(bootstrap: str, topic: str, records: int, tid: str) -> tuple[float, list[float]]:
+    p = Producer(producer_config(bootstrap, **{"transactional.id": tid}))
+    p.init_transactions(30)
+    p.begin_transaction()
+    warm_up(p, topic)
+    p.commit_transaction(30)
+    commits: list[float] = []
+    start = time.perf_counter()
+    sent = 0
+    while sent < records:
+        p.begin_transaction()
+        for _ in range(min(PER_TXN, records - sent)):
+            while True:
+                try:
+                    p.produce(topic, VALUE, partition=0)
+                    break
+                except BufferError:
+                    p.poll(0.01)
+            p.poll(0)
+        sent += min(PER_TXN, records - sent)
+        if p.flush(PHASE_LIMIT_S):
+            raise RuntimeError("transactional produce: undelivered records")
+        t0 = time.perf_counter()
+        p.commit_transaction(30)
+        commits.append((time.perf_counter() - t0) * 1000)
+        if time.perf_counter() - start > PHASE_LIMIT_S:
+            raise RuntimeError("transactional produce took longer than %.0f s" % PHASE_LIMIT_S)
+    return records / (time.perf_counter() - start), commits
+
+
+def consume(bootstrap: str, topic: str, isolation: str, expected: int) -> float:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "txn-bench-" + isolation, "enable.auto.commit": False,
+                  "isolation.level": isolation, "fetch.max.bytes": 50 << 20,
+                  "max.partition.fetch.bytes": 10 << 20, "fetch.wait.max.ms": 100})
+    try:
+        c.assign([TopicPartition(topic, 0, 0)])
+        got = 0
+        while not got:  # the first record (the warm-up one) starts the clock
+            for msg in c.consume(num_messages=1, timeout=1):
+                got += msg.error() is None
+        start = time.perf_counter()
+        deadline = start + PHASE_LIMIT_S
+        while got < expected and time.perf_counter() < deadline:
+            for msg in c.consume(num_messages=10000, timeout=0.5):
+                if msg.error() is None:
+                    got += 1
+        elapsed = time.perf_counter() - start
+        if got < expected:
+            raise RuntimeError("%s: %d of %d records read" % (isolation, got, expected))
+        return got / elapsed
+    finally:
+        c.close()
+
+
+def pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
+
+
+def run_round(name: str, records: int, round_no: int, workroot: Path) -> dict[str, Any]:
+    peer = peers.start_ours(workdir=workroot) if name == "ours" else peers.start_tansu(workdir=workroot)
+    try:
+        bootstrap = peer.bootstrap
+        idem, txn = "idem-%d" % round_no, "txn-%d" % round_no
+        create_topics(bootstrap, [idem, txn])
+        out: dict[str, Any] = {}
+        try:
+            # the two producers take turns going first; the transactional topic holds the warm-up
+            # record, then `records` in transactions
+            if round_no % 2 == 0:
+                out["idempotent_msgs_per_s"] = produce_idempotent(bootstrap, idem, records)
+            rate, commits = produce_transactional(bootstrap, txn, records, "bench-%d" % round_no)
+            if round_no % 2 == 1:
+                out["idempotent_msgs_per_s"] = produce_idempotent(bootstrap, idem, records)
+            out["txn_msgs_per_s"] = rate
+            out["endtxn_ms"] = {"p50": statistics.median(commits), "p99": pct(commits, 0.99), "max": max(commits),
+                                "n": len(commits)}
+            order = ["read_uncommitted", "read_committed"]
+            if round_no % 2:
+                order.reverse()
+            for isolation in order:
+                out["consume_%s_msgs_per_s" % isolation] = consume(bootstrap, txn, isolation, records + 1)
+        except (RuntimeError, KafkaException) as exc:
+            out["error"] = str(exc)
+        return out
+    finally:
+        peer.stop()
+
+
+def summary(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    def med(key: str) -> float | None:
+        values = [r[key] for r in rounds if key in r]
+        return statistics.median(values) if values else None
+
+    idem, txn = med("idempotent_msgs_per_s"), med("txn_msgs_per_s")
+    ru, rc = med("consume_read_uncommitted_msgs_per_s"), med("consume_read_committed_msgs_per_s")
+    p99s = [r["endtxn_ms"]["p99"] for r in rounds if "endtxn_ms" in r]
+    p50s = [r["endtxn_ms"]["p50"] for r in rounds if "endtxn_ms" in r]
+    return {
+        "idempotent_msgs_per_s": idem, "txn_msgs_per_s": txn,
+        "txn_over_idempotent": txn / idem if idem and txn else None,
+        "endtxn_p50_ms": statistics.median(p50s) if p50s else None,
+        "endtxn_p99_ms": statistics.median(p99s) if p99s else None,
+        "consume_read_uncommitted_msgs_per_s": ru, "consume_read_committed_msgs_per_s": rc,
+        "read_committed_over_uncommitted": rc / ru if ru and rc else None,
+        "errors": [r["error"] for r in rounds if "error" in r],
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--records", type=int, default=100000)
+    ap.add_argument("--peers", default="ours,tansu")
+    args = ap.parse_args()
+    names = [n for n in args.peers.split(",") if n]
+    if "tansu" in names and peers.find_tansu() is None:
+        log("no tansu binary: skipped")
+        names.remove("tansu")
+    import tempfile
+
+    workroot = Path(tempfile.mkdtemp(prefix="txn-bench-"))
+    results: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
+    for r in range(args.rounds):
+        for name in names if r % 2 == 0 else list(reversed(names)):
+            log("round %d: %s" % (r + 1, name))
+            results[name].append(run_round(name, args.records, r, workroot))
+    report = {n: {"summary": summary(rs), "rounds": rs} for n, rs in results.items()}
+    rows = [("transactional produce msg/s", "txn_msgs_per_s", "%.0f"),
+            ("idempotent produce msg/s", "idempotent_msgs_per_s", "%.0f"),
+            ("txn / idempotent (goal >= 0.80)", "txn_over_idempotent", "%.2f"),
+            ("EndTxn p50 ms", "endtxn_p50_ms", "%.2f"),
+            ("EndTxn p99 ms (goal <= 5)", "endtxn_p99_ms", "%.2f"),
+            ("read_uncommitted msg/s", "consume_read_uncommitted_msgs_per_s", "%.0f"),
+            ("read_committed msg/s", "consume_read_committed_msgs_per_s", "%.0f"),
+            ("committed / uncommitted (goal >= 0.90)", "read_committed_over_uncommitted", "%.2f")]
+    width = max(len(r[0]) for r in rows)
+    print("%-*s  %s" % (width, "", "  ".join("%12s" % n for n in names)), file=sys.stderr)
+    for label, key, fmt in rows:
+        cells = []
+        for n in names:
+            v = report[n]["summary"][key]
+            cells.append("%12s" % (fmt % v if v is not None else "-"))
+        print("%-*s  %s" % (width, label, "  ".join(cells)), file=sys.stderr)
+    for n in names:
+        for e in report[n]["summary"]["errors"]:
+            print("%s: %s" % (n, e), file=sys.stderr)
+    json.dump({"records": args.records, "per_txn": PER_TXN, "rounds": args.rounds, "results": report},
+              sys.stdout, indent=1)
+    print()
+
+
+if __name__ == "__main__":
+    main()
