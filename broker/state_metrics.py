@@ -5,8 +5,9 @@ state lives, so nothing is copied or locked while serving):
   kafka_brokers, kafka_broker_info, kafka_topic_partitions, kafka_topic_partition_current_offset
   (high watermark), kafka_topic_partition_oldest_offset (log start offset), the partition's
   leader / replicas / in-sync replicas, kafka_consumergroup_current_offset (committed offset),
-  kafka_consumergroup_lag (high watermark - committed; -1 with no committed offset, as the
-  exporter does) with their per-topic sums, kafka_consumergroup_members;
+  kafka_consumergroup_lag (last stable offset - committed: what a read_committed consumer can
+  still read, the high watermark when no transaction is open; -1 with no committed offset, as
+  the exporter does) with their per-topic sums, kafka_consumergroup_members;
 - the broker's own: open connections, groups by state and protocol, rebalances begun,
   coordinator queue depth.
 """
@@ -114,7 +115,7 @@ class BrokerStateCollector(Collector):
                         if partition is None or committed.committed_offset < 0:
                             lag.add_metric(key, -1)
                             continue
-                        behind = partition.high_watermark - committed.committed_offset
+                        behind = max(partition.last_stable_offset - committed.committed_offset, 0)
                         lag.add_metric(key, behind)
                         lag_total += behind
                     current_sum.add_metric([group_id, topic], offset_total)
