@@ -503,8 +503,7 @@ def sink_options(options: Mapping[str, str], streaming: bool) -> SinkOptions:
         raise OptionError(
             "Option 'kafka.bootstrap.servers' must be specified for configuring Kafka producer"
         )
-    # exactly-once becomes the streaming default once the broker's transactions land (issue 11)
-    guarantee = opts.get("deliveryguarantee", "at-least-once").strip().lower()
+    guarantee = opts.get("deliveryguarantee", "exactly-once" if streaming else "at-least-once").strip().lower()
     if guarantee not in ("exactly-once", "at-least-once"):
         raise OptionError(
             "deliveryGuarantee must be 'exactly-once' or 'at-least-once', got '%s'" % guarantee

@@ -80,7 +80,8 @@ def test_batch_offsets_checked_against_each_other():
 
 
 def test_sink_options():
-    assert not sink_options({**BOOT}, streaming=True).exactly_once
+    assert sink_options({**BOOT}, streaming=True).exactly_once
+    assert not sink_options({**BOOT}, streaming=False).exactly_once
     eos = sink_options({**BOOT, "topic": " t ", "deliveryGuarantee": "exactly-once"}, streaming=True)
     assert eos.exactly_once and eos.topic == "t" and eos.transactional_id_prefix == "pyspark-kafka"
     with pytest.raises(OptionError, match="is for streaming writes"):

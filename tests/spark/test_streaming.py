@@ -104,9 +104,10 @@ def test_streaming_read_resumes_after_driver_kill_9(spark, kafka, topic_name, tm
     create_topic(kafka.bootstrap, topic_name, 2)
     produce(kafka.bootstrap, topic_name, [{"value": b"%d" % i, "partition": i % 2} for i in range(1000)])
     checkpoint, out = tmp_path / "checkpoint", tmp_path / "out"
-    kill_after_batches(start_driver(kafka.bootstrap, topic_name, checkpoint, str(out), "run"), checkpoint, 3)
+    env = {"MAX_OFFSETS": "250"}
+    kill_after_batches(start_driver(kafka.bootstrap, topic_name, checkpoint, str(out), "run", env), checkpoint, 2)
     produce(kafka.bootstrap, topic_name, [{"value": b"%d" % i, "partition": i % 2} for i in range(1000, 1200)])
-    run_to_end(kafka.bootstrap, topic_name, checkpoint, str(out))
+    run_to_end(kafka.bootstrap, topic_name, checkpoint, str(out), env)
     rows = spark.read.parquet(str(out)).collect()
     assert len(rows) == 1200
     assert sorted(int(r.value) for r in rows) == list(range(1200))
