@@ -35,6 +35,7 @@ from broker.partition import PartitionManager
 from broker.quorum import start_new_epoch
 from broker.security.authorizer import Authorizer
 from broker.security.listeners import build_listeners
+from broker.security.quotas import ClientQuotas
 from broker.server import KafkaServer
 from broker.state_metrics import BrokerStateCollector
 from broker.telemetry import ClientTelemetry
@@ -128,6 +129,7 @@ class Broker:
                                flush_observer=self.metrics.log_flushed)
         self.metadata: MetadataStore = None  # type: ignore[assignment]  # set in start()
         self.authorizer: Authorizer | None = None  # authorizer.class.name; set in start() (None: all allowed)
+        self.quotas: ClientQuotas | None = None  # client quotas; set in start()
         self.group_coordinator: GroupCoordinator = None  # type: ignore[assignment]  # set in start()
         self.txn_coordinator: TransactionCoordinator = None  # type: ignore[assignment]  # set in start()
         self.partitions = PartitionManager(self.logs)
@@ -163,6 +165,8 @@ class Broker:
         self.quorum_epoch = await asyncio.to_thread(start_new_epoch, metadata_log.dir, self.node_id)
         self.metadata.load()
         self.authorizer = Authorizer.from_config(self.config, self.metadata.image)
+        self.quotas = ClientQuotas.from_config(self.config, self.metadata.image)
+        self.server.quotas = self.quotas
         self.metadata.bootstrap(self.config.static_min_insync_replicas)
         self.apply_dynamic_configs()  # logs were loaded before the metadata: give them their configs
         for info in list(self.metadata.topics.values()):

@@ -94,6 +94,7 @@ class Connection(asyncio.BufferedProtocol):
         self.principal = ANONYMOUS  # who the client is: set by TLS (client certificate) or SASL
         self.client_software = ("unknown", "unknown")  # name and version from ApiVersions v3+ (Kafka's ClientInformation)
         self.sasl: SaslAuthenticator | None = None  # SASL listeners: sees every frame before the request path
+        self.throttled_until = 0.0  # a client quota's throttle: no request is taken before (monotonic seconds)
         self.splitter = frames.FrameSplitter(server.max_request_size, server.buffers)
         self.queue: collections.deque[memoryview] = collections.deque()
         self.queued_bytes = 0
@@ -198,9 +199,19 @@ class Connection(asyncio.BufferedProtocol):
                 await self._handle(frame)
                 if self._can_write is not None and not self._can_write.done():
                     await self._can_write
+                if self.throttled_until:
+                    await self._throttled()
         finally:
             self.worker = None
             self.last_active = time.monotonic()
+
+    async def _throttled(self) -> None:
+        """A quota was exceeded: the connection takes no request until its throttle time has
+        passed (KIP-219: the response went out first, carrying throttle_time_ms)."""
+        delay = self.throttled_until - time.monotonic()
+        self.throttled_until = 0.0
+        if delay > 0:
+            await asyncio.sleep(delay)
 
     async def _handle(self, frame: memoryview) -> None:
         if self.sasl is not None:
@@ -248,11 +259,15 @@ class Connection(asyncio.BufferedProtocol):
         )
         failure: ErrorCode | None = None
         intercept = self.server.intercepts.get(header.api_key)
+        handler = api.handler
+        quotas = self.server.quotas
+        if quotas is not None and quotas.active:
+            handler = quotas.metered(handler)  # request_percentage: the handler's CPU time is counted
         try:
             if intercept is None:
-                response = await api.handler(ctx, request)
+                response = await handler(ctx, request)
             else:
-                response = await intercept(ctx, request, api.handler)
+                response = await intercept(ctx, request, handler)
         except asyncio.CancelledError:
             raise
         except KafkaError as exc:
@@ -469,6 +484,7 @@ class KafkaServer:
         self.debug = _debug_enabled()  # read once: the logging configuration is set before the server starts
         # API key -> what runs instead of its handler (broker.testing's fault injection); empty normally
         self.intercepts: dict[int, Callable[[Any, Any, Any], Awaitable[Any]]] = {}
+        self.quotas: Any = None  # broker.security.quotas.ClientQuotas, set once the metadata is loaded
         self._reaper: asyncio.Task[None] | None = None
 
     async def listen(self, host: str, port: int, listener: Listener | None = None) -> int:

@@ -41,6 +41,7 @@ def load_handlers() -> None:
         offsets,
         offsets_lookup,
         produce,
+        quotas,
         sasl,
         telemetry,
         topics,

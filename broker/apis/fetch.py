@@ -19,6 +19,7 @@ import structlog
 from broker.apis.registry import api
 from broker.partition import READ_COMMITTED
 from broker.security.authz import Op, Res, authorize, authorize_cluster
+from broker.security.quotas import throttle
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages import FetchResponse
 
@@ -156,6 +157,7 @@ async def handle_fetch(ctx: Any, request: Any) -> Any:
         return R(throttle_time_ms=0, error_code=int(ErrorCode.FETCH_SESSION_ID_NOT_FOUND), session_id=0, responses=[])
     broker = ctx.broker
     isolation = request.isolation_level
+    quota = _fetch_quota(ctx, request, version)
     targets = _resolve(ctx, request, version)
     entries, total = _read_all(targets, request, isolation)
     deadline = time.monotonic() + request.max_wait_ms / 1000.0
@@ -175,4 +177,27 @@ async def handle_fetch(ctx: Any, request: Any) -> Any:
             for partition in waitable:
                 partition.remove_waiter(waiter)
         entries, total = _read_all(targets, request, isolation)
+    if quota is not None:
+        throttle_ms = broker.quotas.fetch.record(quota, total)
+        if throttle_ms > 0:
+            # over consumer_byte_rate: an empty answer with the throttle time, its bytes not counted
+            broker.quotas.fetch.unrecord(quota, total)
+            response = R(throttle_time_ms=0, error_code=0, session_id=0, responses=[])
+            throttle(ctx, response, throttle_ms)
+            return response
     return R(throttle_time_ms=0, error_code=0, session_id=0, responses=_assemble(targets, entries, version))
+
+
+def _fetch_quota(ctx: Any, request: Any, version: int) -> Any:
+    """A consumer's consumer_byte_rate quota, if it has one; its fetch then asks for no more than
+    the quota allows in a window (KafkaApis bounds max_bytes by maxValueInQuotaWindow)."""
+    quotas = getattr(ctx.broker, "quotas", None)
+    if quotas is None or not quotas.active:
+        return None
+    if (request.replica_state.replica_id if version >= 15 else request.replica_id) >= 0:
+        return None  # followers are not client-quota'd
+    quota = quotas.fetch_quota(ctx)
+    if quota is not None:
+        request.max_bytes = min(request.max_bytes, int(min(quotas.fetch.max_value_in_window(quota), 2**31 - 1)))
+        request.min_bytes = min(request.min_bytes, request.max_bytes)
+    return quota

@@ -12,6 +12,7 @@ import structlog
 from broker.apis.registry import api
 from broker.apis.txn import verify_transactional_produce
 from broker.security.authz import Op, Res, authorize
+from broker.security.quotas import throttle
 from protocol.compression import ZSTD
 from protocol.errors import ErrorCode, KafkaError, ProtocolError
 from protocol.messages import ProduceResponse
@@ -130,9 +131,20 @@ async def handle_produce(ctx: Any, request: Any) -> Any:
             results = await asyncio.gather(*(c for _, _, c in pending))
         for (slots, i, _), result in zip(pending, results):
             slots[i] = result
+    quotas = getattr(broker, "quotas", None)
+    throttle_ms = _produce_quota(ctx, quotas, request) if quotas is not None and quotas.active else 0
     if request.acks == 0:
         # no response; Kafka closes the connection when a fire-and-forget produce failed
         if any(p.error_code for t in responses for p in t.partition_responses):
             ctx.connection.close()
+        throttle(ctx, None, throttle_ms)
         return None
-    return R(responses=responses, throttle_time_ms=0)
+    response = R(responses=responses, throttle_time_ms=0)
+    throttle(ctx, response, throttle_ms)
+    return response
+
+
+def _produce_quota(ctx: Any, quotas: Any, request: Any) -> int:
+    """The producer_byte_rate throttle of this request (its record bytes count against the quota)."""
+    size = sum(len(p.records) for t in request.topic_data for p in t.partition_data if p.records is not None)
+    return int(quotas.record_produce(ctx, size))
