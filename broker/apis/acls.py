@@ -83,6 +83,16 @@ def _disabled(ctx: Any) -> bool:
     return ctx.broker.authorizer is None
 
 
+def _alter_refusal(ctx: Any) -> tuple[ErrorCode, str | None] | None:
+    """Why CreateAcls/DeleteAcls answers every item with an error (ALTER on the cluster is needed,
+    and an authorizer), or None."""
+    if not authorize_cluster(ctx, Op.ALTER):
+        return ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None
+    if _disabled(ctx):
+        return ErrorCode.SECURITY_DISABLED, "No Authorizer is configured."
+    return None
+
+
 # ----- DescribeAcls --------------------------------------------------------------------------
 @api(29)
 async def handle_describe_acls(ctx: Any, request: Any) -> Any:
@@ -138,15 +148,10 @@ async def handle_create_acls(ctx: Any, request: Any) -> Any:
                for c in request.creations):
         _refuse(ctx, "CreateAcls")
         return None
-    if not authorize_cluster(ctx, Op.ALTER):
+    refusal = _alter_refusal(ctx)
+    if refusal is not None:
         return R(throttle_time_ms=0, results=[
-            R.AclCreationResult(error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), error_message=None)
-            for _ in request.creations])
-    if _disabled(ctx):
-        return R(throttle_time_ms=0, results=[
-            R.AclCreationResult(error_code=int(ErrorCode.SECURITY_DISABLED),
-                                error_message="No Authorizer is configured.")
-            for _ in request.creations])
+            R.AclCreationResult(error_code=int(refusal[0]), error_message=refusal[1]) for _ in request.creations])
     existing = {(a.resource_type, a.resource_name, a.pattern_type, a.principal, a.host, a.operation, a.permission)
                 for a in ctx.broker.authorizer.acls()}
     results = []
@@ -182,14 +187,10 @@ async def handle_delete_acls(ctx: Any, request: Any) -> Any:
                for f in request.filters):
         _refuse(ctx, "DeleteAcls")
         return None
-    if not authorize_cluster(ctx, Op.ALTER):
+    refusal = _alter_refusal(ctx)
+    if refusal is not None:
         return R(throttle_time_ms=0, filter_results=[
-            R.DeleteAclsFilterResult(error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), matching_acls=[])
-            for _ in request.filters])
-    if _disabled(ctx):
-        return R(throttle_time_ms=0, filter_results=[
-            R.DeleteAclsFilterResult(error_code=int(ErrorCode.SECURITY_DISABLED),
-                                     error_message="No Authorizer is configured.", matching_acls=[])
+            R.DeleteAclsFilterResult(error_code=int(refusal[0]), error_message=refusal[1], matching_acls=[])
             for _ in request.filters])
     acls = ctx.broker.authorizer.acls()
     removed: dict[uuid.UUID, Any] = {}

@@ -261,6 +261,8 @@ async def handle_write_txn_markers(ctx: Any, request: Any) -> Any:
     coordinator writes its markers directly, broker/txn_markers.py)."""
     R = M.WriteTxnMarkersResponse
     broker = ctx.broker
+    # brokers only: ALTER or CLUSTER_ACTION on the cluster, else every partition is refused
+    allowed = authorize_cluster(ctx, Op.ALTER, log_if_denied=False) or authorize_cluster(ctx, Op.CLUSTER_ACTION)
     results = []
     for marker in request.markers:
         tv = marker.transaction_version if ctx.api_version >= 2 else TV_0
@@ -268,7 +270,8 @@ async def handle_write_txn_markers(ctx: Any, request: Any) -> Any:
         for topic in marker.topics:
             partitions = []
             for index in topic.partition_indexes:
-                code = await _write_marker(broker, marker, topic.name, index, tv)
+                code = await _write_marker(broker, marker, topic.name, index, tv) if allowed else \
+                    E.CLUSTER_AUTHORIZATION_FAILED
                 partitions.append(R.WritableTxnMarkerPartitionResult(partition_index=index, error_code=code))
             topics.append(R.WritableTxnMarkerTopicResult(name=topic.name, partitions=partitions))
         results.append(R.WritableTxnMarkerResult(producer_id=marker.producer_id, topics=topics))

@@ -23,7 +23,7 @@ from protocol import messages as M  # noqa: E402
 
 pytest.importorskip("cryptography")
 from tests.compat.conftest import create_topic  # noqa: E402
-from tests.harness import ROOT, BrokerProcess, RawClient, free_port, wait_for  # noqa: E402
+from tests.harness import ROOT, BrokerProcess, RawClient, free_port, port_open, wait_for  # noqa: E402
 from tests.integration.test_server_support import API_VERSIONS  # noqa: E402
 from tests.security.certs import TestCA  # noqa: E402
 from tests.security.clients import (  # noqa: E402
@@ -81,7 +81,7 @@ def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsBroker]:
         "listener.name.mtls.ssl.principal.mapping.rules": "RULE:^CN=(.*?),OU=.*$/$1/L,DEFAULT",
     })
     proc.start()
-    wait_for(lambda: _port_open(ssl_port) and _port_open(mtls_port), 10, what="TLS listeners")
+    wait_for(lambda: port_open(ssl_port) and port_open(mtls_port), 10, what="TLS listeners")
     try:
         yield TlsBroker(proc, ssl_port, mtls_port, ca, client.cert, client.key)
     finally:
@@ -90,14 +90,6 @@ def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsBroker]:
     assert rc == 0, output[-3000:]
     assert "Traceback" not in output and "unexpected error" not in output, output[-5000:]
     assert "key-secret" not in output and "PRIVATE KEY" not in output  # no secret in a log
-
-
-def _port_open(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-        return True
-    except OSError:
-        return False
 
 
 def test_confluent_over_ssl(tls: TlsBroker, topic_name: str) -> None:
