@@ -96,3 +96,54 @@ def test_security_disabled_and_unknown_codes(tmp_path: Path) -> None:
         other.close()
     finally:
         bt.close()
+
+
+def test_mutual_tls_principal_is_authorized_by_its_mapped_name(tmp_path: Path) -> None:
+    """A client certificate's DN, mapped by ssl.principal.mapping.rules, is the principal the
+    ACLs name: User:alice may describe her topic, the certificate of bob may not."""
+    import socket
+    import ssl
+
+    from tests.harness import RawClient
+    from tests.security.certs import TestCA
+
+    ca = TestCA(tmp_path / "certs")
+    server = ca.issue("server", server=True, CN="localhost")
+    alice = ca.issue("alice", O="Org", OU="Eng", CN="alice")
+    bob = ca.issue("bob", O="Org", OU="Eng", CN="bob")
+    bt = SecureBrokerThread(tmp_path, {
+        **AUTHZ,
+        "listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
+        "ssl.keystore.type": "PEM", "ssl.keystore.location": str(server.combined),
+        "ssl.truststore.type": "PEM", "ssl.truststore.location": str(ca.path), "ssl.client.auth": "required",
+        "ssl.principal.mapping.rules": "RULE:^CN=([a-z]+),OU=.*$/$1/,DEFAULT",
+    }).start()
+    try:
+        bt.create_topic("alice-topic")
+        c = bt.client()  # the plaintext super user sets the ACL
+        assert c.call(CREATE_ACLS, 3, M.CreateAclsRequest(creations=[
+            creation(TOPIC, "alice-topic", op=8)])).results[0].error_code == 0
+        c.close()
+
+        def tls_client(who: Any) -> RawClient:
+            ctx = ssl.create_default_context(cafile=str(ca.path))
+            ctx.load_cert_chain(str(who.cert), str(who.key))
+            client = RawClient.__new__(RawClient)
+            raw = socket.create_connection(("127.0.0.1", bt.port_of("SSL")), timeout=10)
+            client.sock = ctx.wrap_socket(raw, server_hostname="localhost")
+            client.client_id, client.correlation_id = "tls", 0
+            return client
+
+        def describe_topic(who: Any) -> int:
+            client = tls_client(who)
+            try:
+                response = client.call(3, 12, M.MetadataRequest(topics=[
+                    M.MetadataRequest.MetadataRequestTopic(name="alice-topic")], allow_auto_topic_creation=False))
+                return int(response.topics[0].error_code)
+            finally:
+                client.close()
+
+        assert describe_topic(alice) == 0
+        assert describe_topic(bob) == E.TOPIC_AUTHORIZATION_FAILED
+    finally:
+        bt.close()
