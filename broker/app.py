@@ -15,7 +15,9 @@ import structlog
 from broker.apis import load_handlers
 from broker.config import BrokerConfig, read_properties
 from broker.coordinator.group import GroupCoordinator, create_group_coordinator
+from broker.coordinator.group.group_config import GroupConfigs
 from broker.coordinator.log_writer import LogPartitionWriter, internal_topic_log_config
+from broker.coordinator.share import SHARE_STATE_TOPIC, ShareCoordinator, create_share_coordinator
 from broker.coordinator.timer import AsyncioClock
 from broker.coordinator.txn import (
     TRANSACTION_STATE_TOPIC,
@@ -29,7 +31,7 @@ from broker.http_endpoint import HttpEndpoint
 from broker.log import AppendOrigin, Log, LogCleaner, LogConfig, LogManager
 from broker.log.reader import iter_records
 from broker.log_dirs import LogDirMover
-from broker.metadata import RESOURCE_CLIENT_METRICS, RESOURCE_TOPIC, MetadataStore, TopicInfo
+from broker.metadata import RESOURCE_CLIENT_METRICS, RESOURCE_GROUP, RESOURCE_TOPIC, MetadataStore, TopicInfo
 from broker.metrics import Metrics
 from broker.partition import PartitionManager
 from broker.quorum import start_new_epoch
@@ -37,6 +39,8 @@ from broker.security.authorizer import Authorizer
 from broker.security.listeners import build_listeners
 from broker.security.quotas import ClientQuotas
 from broker.server import KafkaServer
+from broker.share.engine import ShareSettings
+from broker.share.manager import ShareGroupSettings, SharePartitionManager
 from broker.state_metrics import BrokerStateCollector
 from broker.telemetry import ClientTelemetry
 from broker.testing.faults import Faults
@@ -55,7 +59,14 @@ GROUP_CONFIG_KEYS = (
     "group.consumer.assignors", "group.consumer.heartbeat.interval.ms", "group.consumer.session.timeout.ms",
     "group.consumer.min.session.timeout.ms", "group.consumer.max.session.timeout.ms", "group.consumer.max.size",
     "group.consumer.assignment.interval.ms", "group.consumer.regex.refresh.interval.ms",
-    "group.consumer.migration.policy",
+    "group.consumer.migration.policy", "group.consumer.min.heartbeat.interval.ms",
+    "group.consumer.max.heartbeat.interval.ms", "group.share.heartbeat.interval.ms",
+    "group.share.min.heartbeat.interval.ms", "group.share.max.heartbeat.interval.ms", "group.share.session.timeout.ms",
+    "group.share.min.session.timeout.ms", "group.share.max.session.timeout.ms", "group.share.max.size",
+)
+SHARE_COORDINATOR_KEYS = (
+    "share.coordinator.state.topic.num.partitions", "share.coordinator.snapshot.update.records.per.snapshot",
+    "share.coordinator.state.topic.segment.bytes", "share.coordinator.state.topic.prune.interval.ms",
 )
 PRODUCER_EXPIRATION_CHECK_S = 600.0  # Kafka's producer.id.expiration.check.interval.ms default
 
@@ -132,6 +143,11 @@ class Broker:
         self.quotas: ClientQuotas | None = None  # client quotas; set in start()
         self.group_coordinator: GroupCoordinator = None  # type: ignore[assignment]  # set in start()
         self.txn_coordinator: TransactionCoordinator = None  # type: ignore[assignment]  # set in start()
+        self.share_coordinator: ShareCoordinator = None  # type: ignore[assignment]  # set in start()
+        self.share_manager: SharePartitionManager = None  # type: ignore[assignment]  # set in start()
+        # every group's effective settings: its group configs (in the metadata) over ours
+        self.group_configs = GroupConfigs(
+            self.config.get, lambda group_id: self.metadata.image.resource_configs[RESOURCE_GROUP].get(group_id, {}))
         self.partitions = PartitionManager(self.logs)
         self.log_dir_mover = LogDirMover(self.logs, self.partitions)
         self.cleaner = LogCleaner()
@@ -174,6 +190,7 @@ class Broker:
         await self._start_group_coordinator()
         await self._start_transaction_coordinator()
         self.faults.attach(self)
+        await self._start_share_groups()
         for listener in self.listeners:
             port = await self.server.listen(listener.host, listener.port, listener)
             self.ports.append(port)
@@ -196,9 +213,18 @@ class Broker:
         (`ensure_offsets_topic`), so a fresh broker lists no topics."""
         values = {key: self.config[key] for key in GROUP_CONFIG_KEYS}
         values["offsets.topic.num.partitions"] = self._internal_partitions(OFFSETS_TOPIC, "offsets.topic.num.partitions")
+
+        def consumer_sessions(group_id: str) -> tuple[int, int]:
+            s = self.group_configs.settings(group_id)
+            return s.consumer_session_timeout_ms, s.consumer_heartbeat_interval_ms
+
+        def share_sessions(group_id: str) -> tuple[int, int]:
+            s = self.group_configs.settings(group_id)
+            return s.share_session_timeout_ms, s.share_heartbeat_interval_ms
+
         self.group_coordinator = create_group_coordinator(
             self._internal_writer(OFFSETS_TOPIC, self._offsets_log_config), values, AsyncioClock(),
-            metadata=self.metadata,
+            metadata=self.metadata, consumer_session_settings=consumer_sessions, share_session_settings=share_sessions,
         )
         await self.group_coordinator.start()
 
@@ -247,6 +273,77 @@ class Broker:
             return self.logs.get_log(topic, index)
 
         return LogPartitionWriter(log_for, on_append, existing_log, lambda index: self.partitions.get(topic, index))
+
+    def _share_state_log_config(self) -> LogConfig:
+        """Kafka's __share_group_state: deleted by pruning, never by retention."""
+        return self.default_log_config.with_overrides({
+            "cleanup.policy": "delete", "retention.ms": "-1", "compression.type": "producer",
+            "segment.bytes": str(self.config["share.coordinator.state.topic.segment.bytes"]),
+        })
+
+    async def _start_share_groups(self) -> None:
+        """The share coordinator (`__share_group_state-N`, registered in the metadata when the first
+        share group appears, as Kafka creates it on first use) and the share-partition manager."""
+        values = {key: self.config[key] for key in SHARE_COORDINATOR_KEYS}
+        values["share.coordinator.state.topic.num.partitions"] = self._internal_partitions(
+            SHARE_STATE_TOPIC, "share.coordinator.state.topic.num.partitions")
+        writer = self._internal_writer(SHARE_STATE_TOPIC, self._share_state_log_config)
+
+        def log_for(index: int) -> Log:
+            partition = self.partitions.get(SHARE_STATE_TOPIC, index)
+            if partition is not None:
+                return partition.log
+            return self.logs.get_or_create_log(SHARE_STATE_TOPIC, index, self._share_state_log_config())
+
+        def partition_exists(topic_id: uuid.UUID, index: int) -> bool:
+            topic = self.metadata.topic_by_id(topic_id)
+            return topic is not None and 0 <= index < topic.partitions
+
+        self.share_coordinator = create_share_coordinator(
+            writer, values, AsyncioClock(), partition_exists=partition_exists,
+            log_end_offset=lambda index: log_for(index).log_end_offset,
+            prune_before=lambda index, offset: log_for(index).delete_records_before(offset),
+        )
+        await self.share_coordinator.start()
+        self.share_manager = SharePartitionManager(
+            self.share_coordinator, self._share_partition, self.share_group_settings, AsyncioClock(),
+            max_sessions=int(self.config["group.share.max.share.sessions"]))
+        self.group_coordinator.delete_share_state = self._delete_share_state
+
+    def _share_partition(self, topic_id: uuid.UUID, index: int) -> Any:
+        topic = self.metadata.topic_by_id(topic_id)
+        return None if topic is None else self.partitions.get(topic.name, index)
+
+    def share_group_settings(self, group_id: str) -> ShareGroupSettings:
+        """A share group's settings: the broker's (group.share.*), under the group's configs."""
+        s = self.group_configs.settings(group_id)
+        return ShareGroupSettings(
+            engine=ShareSettings(
+                delivery_count_limit=s.share_delivery_count_limit, record_lock_duration_ms=s.share_record_lock_duration_ms,
+                max_record_locks=s.share_partition_max_record_locks, dlq=bool(s.dlq_topic_name),
+                renew_enabled=s.share_renew_acknowledge_enable),
+            auto_offset_reset=s.share_auto_offset_reset,
+            isolation_level=1 if s.share_isolation_level == "read_committed" else 0,
+        )
+
+    def group_configs_changed(self, group_id: str) -> None:
+        """A group's configs changed: its live members and share-partitions obey them from now on."""
+        self.group_configs.changed(group_id)
+
+    async def _delete_share_state(self, group_ids: list[str]) -> None:
+        for group_id in group_ids:
+            keys = await self.share_coordinator.group_keys(group_id)
+            if keys:
+                await self.share_coordinator.delete_state(keys)
+            self.share_manager.drop_group(group_id)
+
+    async def ensure_share_state_topic(self) -> None:
+        """Register `__share_group_state` in the metadata (Kafka creates it on first use)."""
+        if self.metadata.topic(SHARE_STATE_TOPIC) is not None:
+            return
+        configs = {"cleanup.policy": "delete", "retention.ms": "-1", "compression.type": "producer",
+                   "segment.bytes": str(self.config["share.coordinator.state.topic.segment.bytes"])}
+        await self.create_topic(SHARE_STATE_TOPIC, self.share_coordinator.runtime.num_partitions, configs)
 
     async def ensure_offsets_topic(self) -> None:
         """Register `__consumer_offsets` in the metadata (Kafka creates it at the first
@@ -384,9 +481,13 @@ class Broker:
         if self.txn_coordinator is not None:
             # transactions being completed finish at the next start
             await step("transaction coordinator", self.txn_coordinator.stop)
+        if self.share_manager is not None:
+            await step("share fetches", self.share_manager.stop)  # long-polling share fetches answer now
         if self.group_coordinator is not None:
             # parked JoinGroup/SyncGroup answered NOT_COORDINATOR
             await step("group coordinator", self.group_coordinator.stop)
+        if self.share_coordinator is not None:
+            await step("share coordinator", self.share_coordinator.stop)
         await step("wake fetches", self.partitions.wake_all)  # long polls answer now with what they have
         await step("server", self.server.stop)
         if self.http is not None:
@@ -416,6 +517,8 @@ class Broker:
             return self._offsets_log_config()  # compacted even before the topic is registered
         if topic == TRANSACTION_STATE_TOPIC and (self.metadata is None or self.metadata.topic(topic) is None):
             return self._transaction_log_config()
+        if topic == SHARE_STATE_TOPIC and (self.metadata is None or self.metadata.topic(topic) is None):
+            return self._share_state_log_config()
         if self.metadata is None:
             return None
         info = self.metadata.topic(topic)

@@ -108,6 +108,7 @@ class Connection(asyncio.BufferedProtocol):
         self._can_write: asyncio.Future[None] | None = None
         self.socket_fd = -1  # the socket for os.sendfile; -1: every response goes through the transport
         self._release_held: Callable[[], None] | None = None  # see RequestContext.release_on_next_request
+        self.on_close: list[Callable[[], None]] = []  # told once when the connection is gone (share sessions)
 
     # asyncio.BufferedProtocol --------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -157,6 +158,12 @@ class Connection(asyncio.BufferedProtocol):
         self.server.connections.discard(self)
         self.splitter.release()
         self.release_held()
+        callbacks, self.on_close = self.on_close, []
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:
+                log.exception("connection close callback failed", peer=self.peer)
         if self.worker is not None:
             self.worker.cancel()
         if self._can_write is not None and not self._can_write.done():

@@ -43,6 +43,7 @@ def load_handlers() -> None:
         produce,
         quotas,
         sasl,
+        share,
         telemetry,
         topics,
         txn,

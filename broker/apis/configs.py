@@ -29,11 +29,13 @@ from broker.apis.config_resources import (
 )
 from broker.apis.registry import api
 from broker.config import PROPS, BrokerConfig, base_property
+from broker.coordinator.group.group_config import GROUP_CONFIG_DEFS, default_value, validate_group_configs
 from broker.log.config import BROKER_SYNONYMS, TOPIC_CONFIGS
 from broker.metadata import (
     MIN_INSYNC_REPLICAS,
     RESOURCE_BROKER,
     RESOURCE_CLIENT_METRICS,
+    RESOURCE_GROUP,
     RESOURCE_TOPIC,
     validate_topic_name,
 )
@@ -54,6 +56,7 @@ DYNAMIC_BROKER_CONFIG = 2
 DYNAMIC_DEFAULT_BROKER_CONFIG = 3
 STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
+GROUP_CONFIG = 8
 
 # DescribeConfigsResponse.ConfigType
 CONFIG_TYPES = {
@@ -331,6 +334,35 @@ def describe_broker(
     return out
 
 
+def describe_group(config: BrokerConfig, overrides: Mapping[str, str], keys: list[str] | None, synonyms: bool,
+                   docs: bool) -> list[Any]:
+    """A group's configs: its overrides (GROUP_CONFIG), else the broker's values (Kafka's
+    ConfigHelper for GROUP resources)."""
+    out = []
+    for name in sorted(GROUP_CONFIG_DEFS):
+        if not _wanted(keys, name):
+            continue
+        d = GROUP_CONFIG_DEFS[name]
+        found: list[Synonym] = []
+        if d.synonym is not None:
+            found = config_synonyms(config, d.synonym, [d.synonym], False)
+        if name in overrides:
+            value, found = overrides[name], [Synonym(name, overrides[name], GROUP_CONFIG), *found]
+        else:
+            value = default_value(name, config.get)
+        out.append(D.DescribeConfigsResourceResult(
+            name=name, value=value, read_only=False, config_source=found[0].source if found else DEFAULT_CONFIG,
+            is_sensitive=False, synonyms=_synonym_results(found) if synonyms else [],
+            config_type=_config_type(d.type), documentation=d.doc if docs else None,
+        ))
+    return out
+
+
+def _group_name(name: str) -> None:
+    if not name:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "Group id must not be empty.")
+
+
 def _broker_id(name: str, node_id: int, what: str) -> None:
     try:
         value = int(name)
@@ -356,6 +388,10 @@ def _describe_resource(broker: Any, resource: Any, synonyms: bool, docs: bool) -
         return D.DescribeConfigsResult(configs=describe_broker(broker.config, bool(name), keys, synonyms, docs))
     if rtype == RESOURCE_CLIENT_METRICS:
         return describe_client_metrics(broker, name, keys)
+    if rtype == RESOURCE_GROUP:
+        _group_name(name)
+        overrides = broker.metadata.image.resource_configs[RESOURCE_GROUP].get(name, {})
+        return D.DescribeConfigsResult(configs=describe_group(broker.config, overrides, keys, synonyms, docs))
     raise KafkaError(ErrorCode.INVALID_REQUEST, "Unsupported resource type: %s" % _type_name(rtype))
 
 
@@ -541,12 +577,22 @@ def _alter_broker(broker: Any, name: str, new_configs: dict[str, str], changes: 
         broker.apply_dynamic_configs()
 
 
+def _alter_group(broker: Any, name: str, new_configs: dict[str, str], changes: dict[str, str | None],
+                 validate_only: bool) -> None:
+    validate_group_configs(new_configs, broker.config.get)
+    if not validate_only and changes:
+        broker.metadata.set_configs(RESOURCE_GROUP, name, changes)
+        broker.group_configs_changed(name)
+
+
 def _current_configs(broker: Any, rtype: int, name: str) -> dict[str, str]:
     if rtype == RESOURCE_TOPIC:
         info = broker.metadata.topic(name)
         return dict(info.configs) if info is not None else {}
     if rtype == RESOURCE_CLIENT_METRICS:
         return current_client_metrics(broker, name)
+    if rtype == RESOURCE_GROUP:
+        return dict(broker.metadata.image.resource_configs[RESOURCE_GROUP].get(name, {}))
     return dict(broker.metadata.image.broker_configs.get(name, {}))
 
 
@@ -559,6 +605,8 @@ def _alter_resource(broker: Any, resource: Any, validate_only: bool, incremental
     if rtype == RESOURCE_BROKER:
         if name:
             _broker_id(name, broker.node_id, "Node id")
+    elif rtype == RESOURCE_GROUP:
+        _group_name(name)
     elif rtype not in (RESOURCE_TOPIC, RESOURCE_CLIENT_METRICS):
         raise KafkaError(ErrorCode.INVALID_REQUEST, "Unknown resource type %d" % rtype)
     current = _current_configs(broker, rtype, name)
@@ -568,6 +616,8 @@ def _alter_resource(broker: Any, resource: Any, validate_only: bool, incremental
             changes = apply_incremental(current, ops, _topic_list_type, _topic_default, broker=False)
         elif rtype == RESOURCE_CLIENT_METRICS:
             changes = apply_incremental(current, ops, client_metrics_list_type, lambda n: None, broker=False)
+        elif rtype == RESOURCE_GROUP:
+            changes = apply_incremental(current, ops, lambda n: False, lambda n: None, broker=False)
         else:
             changes = apply_incremental(current, ops, _broker_list_type, STATIC_DEFAULTS.get, broker=True)
     else:
@@ -579,6 +629,8 @@ def _alter_resource(broker: Any, resource: Any, validate_only: bool, incremental
         _alter_topic(broker, name, new_configs, changes, validate_only)
     elif rtype == RESOURCE_CLIENT_METRICS:
         alter_client_metrics(broker, name, new_configs, changes, validate_only)
+    elif rtype == RESOURCE_GROUP:
+        _alter_group(broker, name, new_configs, changes, validate_only)
     else:
         _alter_broker(broker, name, new_configs, changes, validate_only)
 

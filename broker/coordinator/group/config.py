@@ -33,6 +33,16 @@ class GroupCoordinatorConfig:
     consumer_assignment_interval_ms: int = 0
     consumer_regex_refresh_interval_ms: int = 10 * 60 * 1000  # group.consumer.regex.refresh.interval.ms
     consumer_migration_policy: str = "bidirectional"  # group.consumer.migration.policy
+    consumer_min_heartbeat_interval_ms: int = 5000  # group.consumer.min.heartbeat.interval.ms
+    consumer_max_heartbeat_interval_ms: int = 15000  # group.consumer.max.heartbeat.interval.ms
+    # Share groups (group.share.*).
+    share_heartbeat_interval_ms: int = 5000  # group.share.heartbeat.interval.ms
+    share_min_heartbeat_interval_ms: int = 5000  # group.share.min.heartbeat.interval.ms
+    share_max_heartbeat_interval_ms: int = 15000  # group.share.max.heartbeat.interval.ms
+    share_session_timeout_ms: int = 45000  # group.share.session.timeout.ms
+    share_min_session_timeout_ms: int = 45000  # group.share.min.session.timeout.ms
+    share_max_session_timeout_ms: int = 60000  # group.share.max.session.timeout.ms
+    share_max_size: int = 200  # group.share.max.size
     # Not a Kafka setting: the least a new classic group waits for its first members, whatever
     # group.initial.rebalance.delay.ms says. With a delay of 0 Kafka forms the group with the first
     # member to join; the others then force a second rebalance, which librdkafka joins at most once
@@ -123,6 +133,19 @@ class GroupCoordinatorConfig:
             heartbeat_hold_ms=get("group.heartbeat.hold.ms", d.heartbeat_hold_ms),
             consumer_migration_policy=str(
                 values.get("group.consumer.migration.policy") or d.consumer_migration_policy).strip().lower(),
+            consumer_min_heartbeat_interval_ms=get(
+                "group.consumer.min.heartbeat.interval.ms", d.consumer_min_heartbeat_interval_ms),
+            consumer_max_heartbeat_interval_ms=get(
+                "group.consumer.max.heartbeat.interval.ms", d.consumer_max_heartbeat_interval_ms),
+            share_heartbeat_interval_ms=get("group.share.heartbeat.interval.ms", d.share_heartbeat_interval_ms),
+            share_min_heartbeat_interval_ms=get(
+                "group.share.min.heartbeat.interval.ms", d.share_min_heartbeat_interval_ms),
+            share_max_heartbeat_interval_ms=get(
+                "group.share.max.heartbeat.interval.ms", d.share_max_heartbeat_interval_ms),
+            share_session_timeout_ms=get("group.share.session.timeout.ms", d.share_session_timeout_ms),
+            share_min_session_timeout_ms=get("group.share.min.session.timeout.ms", d.share_min_session_timeout_ms),
+            share_max_session_timeout_ms=get("group.share.max.session.timeout.ms", d.share_max_session_timeout_ms),
+            share_max_size=get("group.share.max.size", d.share_max_size),
         )
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import re2
@@ -172,6 +172,9 @@ class ConsumerGroupManager:
         self.classic_members: ClassicMembers | None = None  # set by the shard: classic members, migration
         self.waits = HeldHeartbeats(self, config.unreleased_wait_ms, config.steady_hold_ms,
                                     config.consumer_heartbeat_interval_ms)
+        # group id -> (session timeout, heartbeat interval): the group's configs over the broker's
+        self.session_settings: Callable[[str], tuple[int, int]] = (
+            lambda group_id: (config.consumer_session_timeout_ms, config.consumer_heartbeat_interval_ms))
 
     def consumer_group(self, group_id: str) -> ConsumerGroup | None:
         group = self.groups.get(group_id)
@@ -255,7 +258,7 @@ class ConsumerGroupManager:
         self.schedule_session_timeout(group_id, updated.member_id)
 
         response = HB(member_id=updated.member_id, member_epoch=updated.member_epoch,
-                      heartbeat_interval_ms=self.config.consumer_heartbeat_interval_ms)
+                      heartbeat_interval_ms=self.session_settings(group_id)[1])
         full_request = (request.rebalance_timeout_ms != -1 and request.topic_partitions is not None
                         and (request.subscribed_topic_names is not None or request.subscribed_topic_regex is not None))
         if joining or full_request or updated.assigned != member.assigned:
@@ -665,7 +668,7 @@ class ConsumerGroupManager:
     def schedule_session_timeout(self, group_id: str, member_id: str, timeout_ms: int | None = None) -> None:
         """(Re)start the member's session: group.consumer.session.timeout.ms, or the session
         timeout a classic member gave in its JoinGroup."""
-        timeout = self.config.consumer_session_timeout_ms if timeout_ms is None else timeout_ms
+        timeout = self.session_settings(group_id)[0] if timeout_ms is None else timeout_ms
         self.timer.schedule(session_timeout_key(group_id, member_id), timeout,
                             lambda shard, now: shard.consumer.fence_member(group_id, member_id,
                                                                            "the member session expired", now))

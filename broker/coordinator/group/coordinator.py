@@ -6,7 +6,7 @@ GroupCoordinatorService). The API handlers (broker/apis/group.py, offsets.py) ca
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import structlog
@@ -16,6 +16,8 @@ from broker.coordinator.group.consumer import TopicMetadata
 from broker.coordinator.group.consumer_heartbeat import validate_heartbeat_request
 from broker.coordinator.group.membership import RequestInfo
 from broker.coordinator.group.shard import GroupCoordinatorShard
+from broker.coordinator.group.share_group import ShareGroup
+from broker.coordinator.group.share_heartbeat import validate_heartbeat_request as validate_share_heartbeat
 from broker.coordinator.runtime import CoordinatorRuntime, PartitionWriter
 from broker.coordinator.timer import Clock, Timer
 from protocol import messages as M
@@ -39,6 +41,8 @@ class GroupCoordinator:
         self.runtime = runtime
         self.config = config
         self._releases: set[asyncio.Task[None]] = set()
+        # Deletes the share state of share groups about to be deleted (the share coordinator's).
+        self.delete_share_state: Callable[[list[str]], Awaitable[None]] | None = None
 
     async def start(self) -> None:
         """Load every partition of __consumer_offsets (this single node coordinates them all)."""
@@ -140,6 +144,39 @@ class GroupCoordinator:
         by_id = {d.group_id: d for part in parts for d in part}
         return [by_id[g] if g else R.DescribedGroup(group_id="", error_code=E.INVALID_GROUP_ID) for g in group_ids]
 
+    # ----- share groups -------------------------------------------------------------------
+    async def share_group_heartbeat(self, request: Any, info: RequestInfo) -> Any:
+        try:
+            validate_share_heartbeat(request)
+            return await self.runtime.write(
+                self.partition_for(request.group_id),
+                lambda s, now: s.share_group_heartbeat(request, info, now), "share-group-heartbeat")
+        except Exception as exc:
+            return M.ShareGroupHeartbeatResponse(
+                error_code=_code(exc), error_message=exc.message if isinstance(exc, KafkaError) else None)
+
+    async def share_group_describe(self, group_ids: list[str]) -> list[Any]:
+        R = M.ShareGroupDescribeResponse
+
+        async def one(partition: int, ids: list[str]) -> list[Any]:
+            try:
+                result: list[Any] = await self.runtime.read(
+                    partition, lambda s: s.share_group_describe(ids), "share-group-describe")
+                return result
+            except Exception as exc:
+                return [R.DescribedGroup(group_id=g, error_code=_code(exc)) for g in ids]
+
+        valid = [g for g in group_ids if g]
+        parts = await asyncio.gather(*(one(p, ids) for p, ids in self._by_partition(valid).items()))
+        by_id = {d.group_id: d for part in parts for d in part}
+        return [by_id[g] if g else R.DescribedGroup(group_id="", error_code=E.INVALID_GROUP_ID) for g in group_ids]
+
+    async def share_group(self, group_id: str) -> ShareGroup | None:
+        """The share group (its durable state), or None; raises KafkaError (coordinator errors)."""
+        group: ShareGroup | None = await self.runtime.read(
+            self.partition_for(group_id), lambda s: s.share.share_group(group_id), "share-group")
+        return group
+
     async def on_topics_changed(self, created: Iterable[str] = (), deleted: Iterable[str] = (),
                                 changed: Iterable[str] = ()) -> None:
         """Topics were created, deleted or got partitions: every shard hears of it (consumer
@@ -195,6 +232,13 @@ class GroupCoordinator:
     async def delete_groups(self, group_ids: list[str]) -> list[Any]:
         async def one(partition: int, ids: list[str]) -> list[Any]:
             try:
+                if self.delete_share_state is not None:
+                    # As Kafka: the share state of an empty share group goes first, then the group.
+                    empty_share = await self.runtime.read(partition, lambda s: [
+                        g for g in ids if isinstance(s.groups.get(g), ShareGroup) and s.groups[g].is_empty()],
+                        "share-groups")
+                    if empty_share:
+                        await self.delete_share_state(empty_share)
                 result: list[Any] = await self.runtime.write(
                     partition, lambda s, now: s.delete_groups(ids, now), "delete-groups")
                 return result

@@ -27,6 +27,7 @@ from broker.coordinator.group.records import (
     offset_commit_record,
     offset_commit_tombstone,
 )
+from broker.coordinator.group.share_group import ShareGroup
 from broker.coordinator.result import CoordinatorResult, Record
 from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
@@ -375,6 +376,8 @@ class OffsetManager:
         without transactional offsets pending)."""
         records: list[Record] = []
         for group_id, group in list(self.groups.items()):
+            if isinstance(group, ShareGroup):
+                continue  # a share group has no offsets; its share state does not expire
             if self.cleanup_expired_offsets(group_id, now, records) and group.is_empty() and \
                     group_id not in self.open_transactions:
                 if isinstance(group, ConsumerGroup):

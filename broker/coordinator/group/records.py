@@ -30,6 +30,14 @@ CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER = 7
 CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT = 8
 CONSUMER_GROUP_REGULAR_EXPRESSION = 16
 CONSUMER_GROUP_RECORD_TYPES = frozenset([3, 4, 5, 6, 7, 8, 16])
+# Share groups (KIP-932); 9 (ShareGroupPartitionMetadata) is gone since Kafka 4.1.
+SHARE_GROUP_MEMBER_METADATA = 10
+SHARE_GROUP_METADATA = 11
+SHARE_GROUP_TARGET_ASSIGNMENT_METADATA = 12
+SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER = 13
+SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT = 14
+SHARE_GROUP_STATE_PARTITION_METADATA = 15
+SHARE_GROUP_RECORD_TYPES = frozenset([10, 11, 12, 13, 14, 15])
 
 OFFSET_COMMIT_VALUE_VERSION = 4
 OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRY = 1
@@ -48,6 +56,12 @@ _KEYS: dict[int, type] = {
     CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER: M.ConsumerGroupTargetAssignmentMemberKey,
     CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT: M.ConsumerGroupCurrentMemberAssignmentKey,
     CONSUMER_GROUP_REGULAR_EXPRESSION: M.ConsumerGroupRegularExpressionKey,
+    SHARE_GROUP_MEMBER_METADATA: M.ShareGroupMemberMetadataKey,
+    SHARE_GROUP_METADATA: M.ShareGroupMetadataKey,
+    SHARE_GROUP_TARGET_ASSIGNMENT_METADATA: M.ShareGroupTargetAssignmentMetadataKey,
+    SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER: M.ShareGroupTargetAssignmentMemberKey,
+    SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT: M.ShareGroupCurrentMemberAssignmentKey,
+    SHARE_GROUP_STATE_PARTITION_METADATA: M.ShareGroupStatePartitionMetadataKey,
 }
 _VALUES: dict[int, type] = {
     LEGACY_OFFSET_COMMIT: M.LegacyOffsetCommitValue,
@@ -60,6 +74,12 @@ _VALUES: dict[int, type] = {
     CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER: M.ConsumerGroupTargetAssignmentMemberValue,
     CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT: M.ConsumerGroupCurrentMemberAssignmentValue,
     CONSUMER_GROUP_REGULAR_EXPRESSION: M.ConsumerGroupRegularExpressionValue,
+    SHARE_GROUP_MEMBER_METADATA: M.ShareGroupMemberMetadataValue,
+    SHARE_GROUP_METADATA: M.ShareGroupMetadataValue,
+    SHARE_GROUP_TARGET_ASSIGNMENT_METADATA: M.ShareGroupTargetAssignmentMetadataValue,
+    SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER: M.ShareGroupTargetAssignmentMemberValue,
+    SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT: M.ShareGroupCurrentMemberAssignmentValue,
+    SHARE_GROUP_STATE_PARTITION_METADATA: M.ShareGroupStatePartitionMetadataValue,
 }
 
 
@@ -85,6 +105,11 @@ class OffsetAndMetadata(NamedTuple):
             expire_timestamp_ms=None if expire == -1 else expire,
             topic_id=getattr(value, "topic_id", ZERO_UUID),
         )
+
+
+def coordinator_record(record_type: int, key: Any, value: Any | None, version: int = 0) -> Record:
+    """A record of `record_type` (a None value: its tombstone)."""
+    return _key(record_type, key), None if value is None else _value(version, value)
 
 
 def _key(record_type: int, key: Any) -> bytes:

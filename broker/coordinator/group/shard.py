@@ -29,10 +29,13 @@ from broker.coordinator.group.records import (
     GROUP_METADATA,
     LEGACY_OFFSET_COMMIT,
     OFFSET_COMMIT,
+    SHARE_GROUP_RECORD_TYPES,
     OffsetAndMetadata,
     group_metadata_tombstone,
     parse_record,
 )
+from broker.coordinator.group.share_group import ShareGroup
+from broker.coordinator.group.share_heartbeat import SessionSettings, ShareGroupManager
 from broker.coordinator.result import CoordinatorResult, Record, TxnMarker
 from broker.coordinator.timer import Timer
 from protocol import messages as M
@@ -50,16 +53,21 @@ class GroupCoordinatorShard:
         config: GroupCoordinatorConfig | None = None,
         new_uuid: Callable[[], str] = lambda: str(uuid.uuid4()),
         metadata: TopicMetadata | None = None,
+        share_session_settings: SessionSettings | None = None,
+        consumer_session_settings: SessionSettings | None = None,
     ) -> None:
         self.config = config or GroupCoordinatorConfig()
         self.timer = timer
-        self.groups: dict[str, Any] = {}  # ClassicGroup or ConsumerGroup
+        self.groups: dict[str, Any] = {}  # ClassicGroup, ConsumerGroup or ShareGroup
         self.classic = ClassicGroupManager(self.groups, timer, self.config, new_uuid)
         self.offsets = OffsetManager(self.groups, self.classic, self.config)
         self.consumer = ConsumerGroupManager(self.groups, timer, self.config, metadata or StaticTopicMetadata())
         self.consumer.classic_members = ClassicMembers(self.consumer, self.classic)
         self.loaded = False  # on_loaded ran: what is replayed from now on happens now (metrics count it)
         self.consumer_rebalances = 0  # consumer group epochs bumped since loading (metrics)
+        if consumer_session_settings is not None:
+            self.consumer.session_settings = consumer_session_settings
+        self.share = ShareGroupManager(self.groups, timer, self.config, self.consumer.metadata, share_session_settings)
 
     # ----- replay and lifecycle -----------------------------------------------------------
     def replay(self, key: bytes, value: bytes | None) -> None:
@@ -79,8 +87,9 @@ class GroupCoordinatorShard:
             self.consumer_rebalances += self.loaded and bumped
         elif record_type in CONSUMER_GROUP_RECORD_TYPES:
             self.consumer.replay(record_type, k, v)
+        elif record_type in SHARE_GROUP_RECORD_TYPES:
+            self.share.replay(record_type, k, v)
         else:
-            # KIP-848 and share group records are not hosted by this shard yet.
             log.debug("ignoring coordinator record", record_type=record_type)
 
     def replay_transactional(self, producer_id: int, key: bytes, value: bytes | None) -> None:
@@ -99,6 +108,7 @@ class GroupCoordinatorShard:
         self.loaded = True
         self.classic.on_loaded(now_ms)
         self.consumer.on_loaded(now_ms)
+        self.share.on_loaded(now_ms)
         self._schedule_expiration()
 
     def on_unloaded(self) -> None:
@@ -160,7 +170,15 @@ class GroupCoordinatorShard:
     def on_metadata_change(self, created: set[str], deleted: set[str], changed: set[str],
                            now_ms: int) -> CoordinatorResult[Any]:
         self.consumer.on_metadata_change(created, deleted, changed, now_ms)
+        self.share.on_metadata_change(created | deleted | changed)
         return CoordinatorResult()
+
+    # ----- share groups -------------------------------------------------------------------
+    def share_group_heartbeat(self, request: Any, info: RequestInfo, now_ms: int) -> CoordinatorResult[Any]:
+        return self.share.heartbeat(request, info, now_ms)
+
+    def share_group_describe(self, group_ids: list[str]) -> list[Any]:
+        return self.share.describe(group_ids)
 
     # ----- reads --------------------------------------------------------------------------
     def describe_groups(self, group_ids: list[str], api_version: int) -> list[Any]:
@@ -211,6 +229,9 @@ class GroupCoordinatorShard:
                 if isinstance(group, ConsumerGroup):
                     records.extend(group.tombstones())
                     self.consumer.cancel_group_timers(group)
+                elif isinstance(group, ShareGroup):
+                    records.extend(group.tombstones())
+                    self.share.cancel_group_timers(group)
                 else:
                     records.append(group_metadata_tombstone(group_id))
                     self.timer.cancel(join_key(group_id))

@@ -1,0 +1,246 @@
+"""Share group APIs (KIP-932): ShareGroupHeartbeat (76), ShareGroupDescribe (77), ShareFetch (78) and
+ShareAcknowledge (79).
+
+Membership goes to the group coordinator (`broker.group_coordinator`); fetching and acknowledging
+to the share-partition manager (`broker.share_manager`, broker/share/), which keeps the share
+sessions. As Kafka's KafkaApis: a request's acknowledgements are validated per partition (bad
+batches get INVALID_REQUEST, unknown topic ids UNKNOWN_TOPIC_ID) and applied before its fetch; the
+response of a ShareFetch that opens a session lists every partition, later ones only those with
+records or errors; Records is never null (librdkafka rejects that). A request at epoch -1 closes
+the session once answered, releasing the member's acquired records.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+import structlog
+
+from broker.apis.group import GROUP_OPERATIONS, coordinator_of, request_info
+from broker.apis.registry import api
+from broker.share.engine import AckBatch, AckType
+from broker.share.manager import PartitionResult, SharePartitionManager
+from broker.share.session import FINAL_EPOCH, INITIAL_EPOCH, TopicIdPartition
+from protocol import messages as M
+from protocol.errors import ErrorCode, KafkaError
+
+log = structlog.get_logger("broker.share")
+
+E = ErrorCode
+F = M.ShareFetchResponse
+A = M.ShareAcknowledgeResponse
+RECORD_LIMIT = 1  # ShareAcquireMode (KIP-1206): 0 batch_optimized, 1 record_limit
+
+
+def manager_of(ctx: Any) -> SharePartitionManager:
+    manager = getattr(ctx.broker, "share_manager", None)
+    if manager is None:
+        raise KafkaError(E.COORDINATOR_NOT_AVAILABLE)
+    return manager  # type: ignore[no-any-return]
+
+
+# ----- ShareGroupHeartbeat / ShareGroupDescribe --------------------------------------------
+@api(76)
+async def handle_share_group_heartbeat(ctx: Any, request: Any) -> Any:
+    try:
+        coordinator = coordinator_of(ctx)
+        if request.member_epoch == 0:
+            await ctx.broker.ensure_share_state_topic()
+        response = await coordinator.share_group_heartbeat(request, request_info(ctx))
+    except KafkaError as exc:
+        return M.ShareGroupHeartbeatResponse(error_code=exc.code, error_message=exc.message)
+    if response.error_code == E.NONE and response.assignment is not None:
+        _initialize(ctx, request.group_id, response.assignment.topic_partitions)
+    return response
+
+
+def _initialize(ctx: Any, group_id: str, topic_partitions: Iterable[Any]) -> None:
+    """Newly assigned share-partitions get their state now (the start offset is fixed when the
+    partition is first assigned, as Kafka initializes it from the heartbeat)."""
+    manager = getattr(ctx.broker, "share_manager", None)
+    if manager is None:
+        return
+    missing = [(tp.topic_id, p) for tp in topic_partitions for p in tp.partitions
+               if (group_id, tp.topic_id, p) not in manager.entries]
+    if missing:
+        manager.initialize(group_id, missing)
+
+
+@api(77)
+async def handle_share_group_describe(ctx: Any, request: Any) -> Any:
+    group_ids = list(request.group_ids)
+    try:
+        groups = await coordinator_of(ctx).share_group_describe(group_ids)
+    except KafkaError as exc:
+        groups = [M.ShareGroupDescribeResponse.DescribedGroup(group_id=g, error_code=exc.code) for g in group_ids]
+    if request.include_authorized_operations:
+        for g in groups:
+            if g.error_code == E.NONE:
+                g.authorized_operations = GROUP_OPERATIONS
+    return M.ShareGroupDescribeResponse(groups=groups)
+
+
+# ----- acknowledgements --------------------------------------------------------------------
+def _validate_batches(batches: list[AckBatch], max_type: int) -> bool:
+    """Kafka's validateAcknowledgementBatches: ordered, non-overlapping, well-formed batches."""
+    previous_end = -1
+    for b in batches:
+        if b.first_offset > b.last_offset or b.first_offset < previous_end or not b.types:
+            return False
+        if len(b.types) > 1 and b.last_offset - b.first_offset != len(b.types) - 1:
+            return False
+        if any(t < 0 or t > max_type for t in b.types):
+            return False
+        previous_end = b.last_offset
+    return True
+
+
+def _collect_acks(ctx: Any, topics: Iterable[Any]) -> tuple[dict[TopicIdPartition, list[AckBatch]],
+                                                           dict[TopicIdPartition, ErrorCode]]:
+    """The request's acknowledgements by partition (the same topic may appear several times:
+    librdkafka does not group its partitions), and the errors of those that cannot be applied."""
+    metadata = ctx.broker.metadata
+    acks: dict[TopicIdPartition, list[AckBatch]] = {}
+    errors: dict[TopicIdPartition, ErrorCode] = {}
+    for t in topics:
+        for p in t.partitions:
+            if not p.acknowledgement_batches:
+                continue
+            tp = (t.topic_id, p.partition_index)
+            if metadata.topic_by_id(t.topic_id) is None:
+                errors[tp] = E.UNKNOWN_TOPIC_ID
+                continue
+            acks.setdefault(tp, []).extend(
+                AckBatch(b.first_offset, b.last_offset, list(b.acknowledge_types)) for b in p.acknowledgement_batches)
+    max_type = AckType.RENEW if ctx.api_version >= 2 else AckType.REJECT
+    for tp, batches in list(acks.items()):
+        if not _validate_batches(batches, max_type):
+            errors[tp] = E.INVALID_REQUEST
+            del acks[tp]
+    return acks, errors
+
+
+async def _acknowledge(ctx: Any, manager: SharePartitionManager, group_id: str, member_id: str,
+                       topics: Iterable[Any]) -> dict[TopicIdPartition, tuple[ErrorCode, str | None]]:
+    acks, errors = _collect_acks(ctx, topics)
+    results: dict[TopicIdPartition, tuple[ErrorCode, str | None]] = {tp: (code, None) for tp, code in errors.items()}
+    if acks:
+        results.update(await manager.acknowledge(group_id, member_id, acks))
+    return results
+
+
+def _watch_connection(ctx: Any, manager: SharePartitionManager) -> None:
+    """The member's share session ends with its connection (Kafka's ShareSessionCache listener)."""
+    connection = ctx.connection
+    if connection is not None and not getattr(connection, "share_watched", False):
+        connection.share_watched = True
+        connection.on_close.append(lambda: manager.on_connection_closed(connection))
+
+
+def _leader(ctx: Any) -> Any:
+    return F.LeaderIdAndEpoch(leader_id=ctx.broker.node_id, leader_epoch=0)
+
+
+# ----- ShareFetch --------------------------------------------------------------------------
+@api(78)
+async def handle_share_fetch(ctx: Any, request: Any) -> Any:
+    manager = manager_of(ctx)
+    group_id, member_id, epoch = request.group_id, request.member_id, request.share_session_epoch
+    lock_ms = manager.lock_duration_ms(group_id) if group_id else 0
+
+    def failed(code: ErrorCode, message: str | None = None) -> Any:
+        return F(error_code=code, error_message=message, acquisition_lock_timeout_ms=lock_ms, responses=[],
+                 node_endpoints=[])
+
+    if not group_id or not member_id:
+        return failed(E.INVALID_REQUEST, "A share fetch needs a group id and a member id.")
+    version = ctx.api_version
+    renew_only = version >= 2 and request.is_renew_ack
+    mode = request.share_acquire_mode if version >= 2 else 0
+    if mode not in (0, RECORD_LIMIT):
+        return failed(E.INVALID_REQUEST, "Unknown share acquire mode %d." % mode)
+    metadata = ctx.broker.metadata
+    wanted: list[TopicIdPartition] = []
+    for t in request.topics:
+        for p in t.partitions:
+            wanted.append((t.topic_id, p.partition_index))
+    forget = [(f.topic_id, p) for f in request.forgotten_topics_data for p in f.partitions]
+    acknowledging = any(p.acknowledgement_batches for t in request.topics for p in t.partitions)
+    try:
+        session = manager.sessions.fetch(group_id, member_id, epoch, dict.fromkeys(wanted), forget, acknowledging,
+                                         ctx.connection)
+    except KafkaError as exc:
+        return failed(exc.code, exc.message)
+    if epoch == INITIAL_EPOCH:
+        _watch_connection(ctx, manager)
+
+    ack_results = await _acknowledge(ctx, manager, group_id, member_id, request.topics) if acknowledging else {}
+
+    fetch_results: dict[TopicIdPartition, PartitionResult] = {}
+    if session is not None and not renew_only:
+        valid: list[TopicIdPartition] = []
+        for tp in session.partitions:
+            info = metadata.topic_by_id(tp[0])
+            if info is None:
+                fetch_results[tp] = PartitionResult(E.UNKNOWN_TOPIC_ID)
+            elif not 0 <= tp[1] < info.partitions:
+                fetch_results[tp] = PartitionResult(E.UNKNOWN_TOPIC_OR_PARTITION)
+            else:
+                valid.append(tp)
+        if valid:
+            fetch_results.update(await manager.fetch(
+                group_id, member_id, valid, request.max_wait_ms, request.min_bytes, request.max_bytes,
+                request.max_records, max(request.batch_size, 1), mode == RECORD_LIMIT))
+
+    full = epoch == INITIAL_EPOCH
+    order = list(dict.fromkeys([*(session.partitions if session is not None and full else ()),
+                                *fetch_results, *ack_results]))
+    by_topic: dict[uuid.UUID, Any] = {}
+    for tp in order:
+        result = fetch_results.get(tp, PartitionResult())
+        ack = ack_results.get(tp)
+        if not full and not result.acquired and result.error == E.NONE and ack is None:
+            continue
+        topic = by_topic.get(tp[0])  # type: ignore[call-overload]
+        if topic is None:
+            topic = by_topic[tp[0]] = F.ShareFetchableTopicResponse(topic_id=tp[0], partitions=[])  # type: ignore
+        topic.partitions.append(F.PartitionData(
+            partition_index=tp[1], error_code=result.error, error_message=result.message,
+            acknowledge_error_code=ack[0] if ack else E.NONE, acknowledge_error_message=ack[1] if ack else None,
+            current_leader=_leader(ctx), records=result.records,
+            acquired_records=[F.AcquiredRecords(first_offset=a.first_offset, last_offset=a.last_offset,
+                                                delivery_count=a.delivery_count) for a in result.acquired]))
+    if epoch == FINAL_EPOCH:
+        manager.close_session(group_id, member_id)
+    return F(error_code=E.NONE, acquisition_lock_timeout_ms=lock_ms, responses=list(by_topic.values()),
+             node_endpoints=[])
+
+
+# ----- ShareAcknowledge --------------------------------------------------------------------
+@api(79)
+async def handle_share_acknowledge(ctx: Any, request: Any) -> Any:
+    manager = manager_of(ctx)
+    group_id, member_id, epoch = request.group_id, request.member_id, request.share_session_epoch
+    lock_ms = manager.lock_duration_ms(group_id) if group_id else 0
+    if not group_id or not member_id:
+        return A(error_code=E.INVALID_REQUEST, acquisition_lock_timeout_ms=lock_ms, responses=[], node_endpoints=[])
+    try:
+        manager.sessions.acknowledge(group_id, member_id, epoch)
+    except KafkaError as exc:
+        return A(error_code=exc.code, error_message=exc.message, acquisition_lock_timeout_ms=lock_ms, responses=[],
+                 node_endpoints=[])
+    results = await _acknowledge(ctx, manager, group_id, member_id, request.topics)
+    by_topic: dict[uuid.UUID, Any] = {}
+    for (topic_id, index), (code, message) in results.items():
+        topic = by_topic.get(topic_id)  # type: ignore[call-overload]
+        if topic is None:
+            topic = by_topic[topic_id] = A.ShareAcknowledgeTopicResponse(topic_id=topic_id, partitions=[])  # type: ignore
+        topic.partitions.append(A.PartitionData(partition_index=index, error_code=code, error_message=message,
+                                                current_leader=A.LeaderIdAndEpoch(leader_id=ctx.broker.node_id,
+                                                                                   leader_epoch=0)))
+    if epoch == FINAL_EPOCH:
+        manager.close_session(group_id, member_id)
+    return A(error_code=E.NONE, acquisition_lock_timeout_ms=lock_ms, responses=list(by_topic.values()),
+             node_endpoints=[])

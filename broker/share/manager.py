@@ -1,0 +1,509 @@
+"""The share-partition manager: engines beside their partitions, their durable state, share sessions.
+
+Kafka's SharePartitionManager and DelayedShareFetch, on the event loop. One engine (engine.py) per
+(group, topic id, partition), created at the first fetch: its state is read from the persister
+(the share coordinator); without one, the start offset comes from the group's
+`share.auto.offset.reset` and is written at once, so a restart keeps it. Every change that must be
+durable (acknowledgements, releases, lock expiries, dead-letter completions) is written through
+the persister before the engine commits it (persist, then commit).
+
+A fetch acquires at once what it can; with nothing to acquire it waits (up to MaxWaitMs) on its
+partitions' appends and on records released by an acknowledgement, a closed session or an expired
+lock, never polling. Each engine's next lock deadline has one timer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import structlog
+
+from broker.coordinator.group.group_config import parse_auto_offset_reset
+from broker.coordinator.share.records import ShareKey
+from broker.coordinator.share.shard import WriteState
+from broker.coordinator.share.state import ShareGroupOffset
+from broker.coordinator.timer import Cancellable, Clock
+from broker.share.engine import (
+    AckBatch,
+    AcquiredRecords,
+    FetchedBatch,
+    SharePartition,
+    ShareSettings,
+    Transition,
+)
+from broker.share.session import ShareSession, ShareSessionCache, TopicIdPartition
+from protocol.errors import ErrorCode, KafkaError
+from protocol.records import iter_batches
+
+log = structlog.get_logger("broker.share")
+
+READ_UNCOMMITTED, READ_COMMITTED = 0, 1
+EXPIRY_RETRY_MS = 1000  # a lock expiry whose write failed is tried again this much later
+
+
+class Persister(Protocol):
+    async def read_state(self, key: ShareKey) -> ShareGroupOffset | None: ...
+
+    async def write_state(self, write: WriteState) -> None: ...
+
+
+class PartitionLike(Protocol):
+    """What the manager needs of a broker Partition."""
+
+    leader_epoch: int
+    deleted: bool
+
+    @property
+    def high_watermark(self) -> int: ...
+
+    @property
+    def log_start_offset(self) -> int: ...
+
+    def fetch_bound(self, isolation_level: int) -> int: ...
+
+    def read(self, offset: int, max_bytes: int, isolation_level: int, min_one_message: bool = True) -> Any: ...
+
+    def add_waiter(self, waiter: asyncio.Future[None]) -> None: ...
+
+    def remove_waiter(self, waiter: asyncio.Future[None]) -> None: ...
+
+
+@dataclass
+class ShareGroupSettings:
+    """A share group's settings (group configs over the broker's)."""
+
+    engine: ShareSettings = field(default_factory=ShareSettings)
+    auto_offset_reset: str = "latest"  # share.auto.offset.reset
+    isolation_level: int = READ_UNCOMMITTED  # share.isolation.level
+
+
+@dataclass
+class PartitionResult:
+    """A partition's part of a ShareFetch response."""
+
+    error: ErrorCode = ErrorCode.NONE
+    message: str | None = None
+    records: bytes = b""
+    acquired: list[AcquiredRecords] = field(default_factory=list)
+
+
+class _Entry:
+    """One share-partition: its engine, partition, lock timer and waiting fetches."""
+
+    __slots__ = ("key", "engine", "partition", "ready", "timer", "timer_deadline", "waiters")
+
+    def __init__(self, key: ShareKey, engine: SharePartition, partition: PartitionLike) -> None:
+        self.key = key
+        self.engine = engine
+        self.partition = partition
+        self.ready: asyncio.Future[None] | None = None
+        self.timer: Cancellable | None = None
+        self.timer_deadline: int | None = None
+        self.waiters: set[asyncio.Future[None]] = set()
+
+
+@dataclass
+class ShareMetrics:
+    """Counts of what the engines did (broker/metrics.py reads them)."""
+
+    acquired: int = 0  # records handed out
+    redelivered: int = 0  # ... of which not for the first time
+    acknowledged: int = 0
+    released: int = 0
+    rejected: int = 0
+    lock_expired: int = 0  # records whose acquisition lock ran out
+    archived: int = 0  # records that ran out of deliveries or were rejected (incl. those sent to a DLQ)
+
+
+class SharePartitionManager:
+    def __init__(self, persister: Persister, partition_of: Callable[[uuid.UUID, int], PartitionLike | None],
+                 settings_of: Callable[[str], ShareGroupSettings], clock: Clock, max_sessions: int = 2000,
+                 wall_clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+        self.persister = persister
+        self.partition_of = partition_of
+        self.settings_of = settings_of
+        self.clock = clock
+        self.wall_clock_ms = wall_clock_ms
+        self.sessions = ShareSessionCache(max_sessions)
+        self.entries: dict[ShareKey, _Entry] = {}
+        self.metrics = ShareMetrics()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._rotation = 0
+        self._stopping = False
+
+    # ----- engines ------------------------------------------------------------------------
+    async def entry(self, group_id: str, tp: TopicIdPartition) -> _Entry:
+        """The share-partition, loaded (raises KafkaError UNKNOWN_TOPIC_OR_PARTITION, or the
+        persister's error)."""
+        topic_id, index = tp
+        assert isinstance(topic_id, uuid.UUID)
+        key = (group_id, topic_id, index)
+        entry = self.entries.get(key)
+        if entry is not None and entry.partition.deleted:
+            self.drop([key])
+            entry = None
+        if entry is None:
+            partition = self.partition_of(topic_id, index)
+            if partition is None:
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            entry = _Entry(key, SharePartition(self.settings_of(group_id).engine), partition)
+            self.entries[key] = entry
+            entry.ready = asyncio.get_running_loop().create_future()
+            try:
+                await self._load(entry)
+            except BaseException as exc:
+                if self.entries.get(key) is entry:
+                    del self.entries[key]
+                entry.ready.set_exception(exc if isinstance(exc, KafkaError)
+                                          else KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, str(exc)))
+                entry.ready.exception()  # retrieved: only the waiters care
+                raise
+            entry.ready.set_result(None)
+            return entry
+        if entry.ready is not None and not entry.ready.done():
+            await asyncio.shield(entry.ready)
+        entry.engine.settings = self.settings_of(group_id).engine
+        return entry
+
+    async def _load(self, entry: _Entry) -> None:
+        state = await self.persister.read_state(entry.key)
+        engine, partition = entry.engine, entry.partition
+        if state is None or state.start_offset < 0:
+            settings = self.settings_of(entry.key[0])
+            start = self._initial_offset(partition, settings)
+            epoch = 0 if state is None else state.state_epoch
+            await self.persister.write_state(WriteState(entry.key, epoch, partition.leader_epoch, start, 0, ()))
+            engine.load(start, epoch, ())
+        else:
+            engine.load(state.start_offset, state.state_epoch, state.state_batches)
+        engine.on_log_start(partition.log_start_offset)
+        log.debug("share partition loaded", group_id=entry.key[0], topic_id=str(entry.key[1]),
+                  partition=entry.key[2], start_offset=engine.start_offset)
+
+    def _initial_offset(self, partition: PartitionLike, settings: ShareGroupSettings) -> int:
+        try:
+            reset, duration = parse_auto_offset_reset(settings.auto_offset_reset)
+        except KafkaError:
+            reset, duration = "latest", None
+        if reset == "earliest":
+            return partition.log_start_offset
+        if duration is not None:
+            log_ = getattr(partition, "log", None)
+            if log_ is not None:
+                found = log_.offset_for_timestamp(self.wall_clock_ms() - duration)
+                if found is not None:
+                    return max(int(found.offset), partition.log_start_offset)
+        return partition.fetch_bound(settings.isolation_level)
+
+    def drop(self, keys: Iterable[ShareKey]) -> None:
+        """Forget share-partitions (topic or group deleted, offsets altered): reloaded when next used."""
+        for key in list(keys):
+            entry = self.entries.pop(key, None)
+            if entry is None:
+                continue
+            if entry.timer is not None:
+                entry.timer.cancel()
+            self._wake(entry)
+
+    def drop_group(self, group_id: str) -> None:
+        self.drop([k for k in self.entries if k[0] == group_id])
+
+    # ----- fetching -----------------------------------------------------------------------
+    async def fetch(self, group_id: str, member_id: str, parts: Sequence[TopicIdPartition], max_wait_ms: int,
+                    min_bytes: int, max_bytes: int, max_records: int, batch_size: int, record_limit: bool,
+                    ) -> dict[TopicIdPartition, PartitionResult]:
+        results: dict[TopicIdPartition, PartitionResult] = {}
+        entries: list[tuple[TopicIdPartition, _Entry]] = []
+        for tp in parts:
+            try:
+                entries.append((tp, await self.entry(group_id, tp)))
+            except KafkaError as exc:
+                results[tp] = PartitionResult(exc.code, exc.message)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(max_wait_ms, 0) / 1000.0
+        got = 0
+        while entries:
+            got += self._acquire_all(member_id, entries, results, max_bytes - got, max_records, batch_size,
+                                     record_limit)
+            timeout = deadline - loop.time()
+            if got >= max(min_bytes, 1) or timeout <= 0 or self._stopping:
+                break
+            if await self._wait(entries, timeout):
+                break
+        for tp, _ in entries:
+            results.setdefault(tp, PartitionResult())
+        return results
+
+    def _acquire_all(self, member_id: str, entries: list[tuple[TopicIdPartition, _Entry]],
+                     results: dict[TopicIdPartition, PartitionResult], max_bytes: int, max_records: int,
+                     batch_size: int, record_limit: bool) -> int:
+        """One pass over the partitions (starting from a rotating one, as Kafka rotates them):
+        acquire and read; returns the bytes handed out."""
+        total = 0
+        remaining_records = max_records - sum(a.last_offset - a.first_offset + 1
+                                              for r in results.values() for a in r.acquired)
+        n = len(entries)
+        self._rotation = (self._rotation + 1) % max(n, 1)
+        for i in range(n):
+            tp, entry = entries[(self._rotation + i) % n]
+            if remaining_records <= 0 or max_bytes - total <= 0:
+                break
+            if entry.partition.deleted or self.entries.get(entry.key) is not entry:
+                results[tp] = PartitionResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                continue
+            if tp in results and results[tp].acquired:
+                continue  # what a partition gave is answered before it is asked again
+            try:
+                got, records = self._acquire(member_id, entry, max_bytes - total, remaining_records, batch_size,
+                                             record_limit)
+            except KafkaError as exc:
+                results[tp] = PartitionResult(exc.code, exc.message)
+                continue
+            except OSError as exc:
+                log.error("share fetch read failed", partition=str(entry.key), error=str(exc))
+                results[tp] = PartitionResult(ErrorCode.KAFKA_STORAGE_ERROR)
+                continue
+            if got:
+                results[tp] = PartitionResult(records=records, acquired=got)
+                total += len(records)
+                remaining_records -= sum(a.last_offset - a.first_offset + 1 for a in got)
+        return total
+
+    def _acquire(self, member_id: str, entry: _Entry, max_bytes: int, max_records: int, batch_size: int,
+                 record_limit: bool) -> tuple[list[AcquiredRecords], bytes]:
+        engine, partition = entry.engine, entry.partition
+        if partition.log_start_offset > engine.start_offset:
+            engine.on_log_start(partition.log_start_offset)
+        if not engine.can_acquire():
+            return [], b""
+        offset = engine.next_fetch_offset()
+        isolation = self.settings_of(entry.key[0]).isolation_level
+        if offset >= partition.fetch_bound(isolation):
+            return [], b""
+        info = partition.read(offset, max_bytes, isolation, True)
+        data = info.records.read() if hasattr(info.records, "read") else bytes(info.records)
+        if not data:
+            return [], b""
+        positions = []
+        fetched = []
+        for pos, header in iter_batches(data):
+            positions.append(pos)
+            fetched.append(FetchedBatch(header.base_offset, header.last_offset))
+        if not fetched:
+            return [], b""
+        now = self.clock.now_ms()
+        got = engine.acquire(member_id, offset, fetched, max_records, batch_size, now, record_limit)
+        self._arm(entry)
+        if not got:
+            return [], b""
+        for a in got:
+            n = a.last_offset - a.first_offset + 1
+            self.metrics.acquired += n
+            if a.delivery_count > 1:
+                self.metrics.redelivered += n
+        # Only the batches holding acquired records go back (the client drops records outside them).
+        lo, hi = got[0].first_offset, max(a.last_offset for a in got)
+        first = next(i for i, b in enumerate(fetched) if b.last_offset >= lo)
+        last = max(i for i, b in enumerate(fetched) if b.base_offset <= hi)
+        end = positions[last + 1] if last + 1 < len(positions) else len(data)
+        return got, bytes(data[positions[first]:end])
+
+    async def _wait(self, entries: list[tuple[TopicIdPartition, _Entry]], timeout: float) -> bool:
+        """Until a partition has new data or released records, or the timeout; True if stopped."""
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        for _, entry in entries:
+            entry.partition.add_waiter(waiter)
+            entry.waiters.add(waiter)
+        try:
+            await asyncio.wait_for(waiter, timeout)
+        except TimeoutError:
+            pass
+        finally:
+            for _, entry in entries:
+                entry.partition.remove_waiter(waiter)
+                entry.waiters.discard(waiter)
+        return self._stopping
+
+    @staticmethod
+    def _wake(entry: _Entry) -> None:
+        for waiter in entry.waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        entry.waiters.clear()
+
+    # ----- acknowledgements ---------------------------------------------------------------
+    async def acknowledge(self, group_id: str, member_id: str, acks: dict[TopicIdPartition, list[AckBatch]]
+                          ) -> dict[TopicIdPartition, tuple[ErrorCode, str | None]]:
+        """Each partition's acknowledgement, durable before it is answered (all partitions at once)."""
+        async def one(tp: TopicIdPartition, batches: list[AckBatch]) -> tuple[ErrorCode, str | None]:
+            topic_id, index = tp
+            entry = self.entries.get((group_id, topic_id, index))  # type: ignore[arg-type]
+            if entry is None:
+                return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None
+            if entry.ready is not None and not entry.ready.done():
+                await asyncio.shield(entry.ready)
+            try:
+                t = entry.engine.acknowledge(member_id, batches, self.clock.now_ms())
+            except KafkaError as exc:
+                return exc.code, exc.message
+            self._count_acks(batches)
+            try:
+                await self._persist(entry, t)
+            except KafkaError as exc:
+                return exc.code, exc.message
+            return ErrorCode.NONE, None
+
+        items = list(acks.items())
+        results = await asyncio.gather(*(one(tp, b) for tp, b in items))
+        return dict(zip((tp for tp, _ in items), results))
+
+    def _count_acks(self, batches: list[AckBatch]) -> None:
+        m = self.metrics
+        for b in batches:
+            if len(b.types) == 1:
+                counts = {b.types[0]: b.last_offset - b.first_offset + 1}
+            else:
+                counts = {t: b.types.count(t) for t in set(b.types)}
+            m.acknowledged += counts.get(1, 0)
+            m.released += counts.get(2, 0)
+            m.rejected += counts.get(3, 0)
+
+    async def _persist(self, entry: _Entry, t: Transition) -> None:
+        """Make the transition durable, then commit it (roll it back when the write fails)."""
+        engine = entry.engine
+        if not t:
+            engine.complete(t, True, self.clock.now_ms())
+            self._arm(entry)
+            return
+        write = WriteState(entry.key, engine.state_epoch, entry.partition.leader_epoch, engine.start_offset,
+                           engine.delivery_complete_count(), tuple(t.state_batches()))
+        error: KafkaError | None = None
+        try:
+            await self.persister.write_state(write)
+        except KafkaError as exc:
+            error = exc
+        archived_before = self._archived_count(t)
+        engine.complete(t, error is None, self.clock.now_ms())
+        if error is None:
+            self.metrics.archived += archived_before
+        self._wake(entry)  # records may be available again, or the SPSO moved
+        self._arm(entry)
+        if error is not None:
+            log.warning("share state write failed", group_id=entry.key[0], partition=entry.key[2], error=repr(error))
+            raise KafkaError(_persister_error(error.code), error.message)
+
+    @staticmethod
+    def _archived_count(t: Transition) -> int:
+        from broker.share.inflight import RecordState
+
+        return sum(last - first + 1 for first, last, st, _ in t.touched
+                   if st.state in (RecordState.ARCHIVED, RecordState.ARCHIVING) and t.kind != "archive")
+
+    # ----- sessions -----------------------------------------------------------------------
+    async def release_session(self, group_id: str, member_id: str) -> None:
+        """The member's share session ends: its acquired records go back, not counted as delivered."""
+        session = self.sessions.remove((group_id, member_id))
+        if session is not None:
+            await self.release_records(session)
+
+    async def release_records(self, session: ShareSession) -> None:
+        """Release what the (removed) session's member holds on the session's partitions."""
+        group_id, member_id = session.key
+        for topic_id, index in list(session.partitions):
+            entry = self.entries.get((group_id, topic_id, index))  # type: ignore[arg-type]
+            if entry is None:
+                continue
+            t = entry.engine.release_member(member_id, self.clock.now_ms())
+            try:
+                await self._persist(entry, t)
+            except KafkaError:
+                pass  # the records stay acquired until their locks run out
+
+    def close_session(self, group_id: str, member_id: str) -> None:
+        """Epoch -1: the session is gone now; its records are released in the background."""
+        session = self.sessions.remove((group_id, member_id))
+        if session is not None:
+            self._spawn(self.release_records(session))
+
+    def initialize(self, group_id: str, parts: Iterable[TopicIdPartition]) -> None:
+        """Load newly assigned share-partitions now (their start offset is fixed at assignment)."""
+        async def one(tp: TopicIdPartition) -> None:
+            try:
+                await self.entry(group_id, tp)
+            except KafkaError as exc:
+                log.debug("share partition not initialized", group_id=group_id, partition=str(tp), error=repr(exc))
+
+        for tp in parts:
+            self._spawn(one(tp))
+
+    def on_connection_closed(self, connection: object) -> None:
+        for session in self.sessions.on_connection_closed(connection):
+            self._spawn(self.release_records(session))
+
+    # ----- lock expiry --------------------------------------------------------------------
+    def _arm(self, entry: _Entry, not_before: int | None = None) -> None:
+        deadline = entry.engine.next_lock_deadline()
+        if deadline is not None and not_before is not None:
+            deadline = max(deadline, not_before)
+        if deadline == entry.timer_deadline:
+            return
+        if entry.timer is not None:
+            entry.timer.cancel()
+            entry.timer = None
+        entry.timer_deadline = deadline
+        if deadline is not None:
+            entry.timer = self.clock.call_later(deadline - self.clock.now_ms(),
+                                                lambda: self._spawn(self._expire(entry)))
+
+    async def _expire(self, entry: _Entry) -> None:
+        entry.timer, entry.timer_deadline = None, None
+        if self.entries.get(entry.key) is not entry:
+            return
+        now = self.clock.now_ms()
+        t = entry.engine.expire_locks(now)
+        if not t:
+            self._arm(entry)
+            return
+        self.metrics.lock_expired += sum(last - first + 1 for first, last, _, _ in t.touched)
+        try:
+            await self._persist(entry, t)
+        except KafkaError:
+            self._arm(entry, not_before=self.clock.now_ms() + EXPIRY_RETRY_MS)
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # ----- lifecycle and reads ------------------------------------------------------------
+    def lock_duration_ms(self, group_id: str) -> int:
+        return self.settings_of(group_id).engine.record_lock_duration_ms
+
+    async def stop(self) -> None:
+        self._stopping = True
+        for entry in self.entries.values():
+            if entry.timer is not None:
+                entry.timer.cancel()
+            self._wake(entry)
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def in_flight(self) -> dict[ShareKey, int]:
+        return {k: e.engine.in_flight_count() for k, e in self.entries.items()}
+
+
+def _persister_error(code: ErrorCode) -> ErrorCode:
+    """Kafka's SharePartition.fetchPersisterError: what a failed state write becomes."""
+    if code in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS):
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    if code in (ErrorCode.GROUP_ID_NOT_FOUND, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
+        return code
+    if code in (ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.FENCED_STATE_EPOCH):
+        return ErrorCode.NOT_LEADER_OR_FOLLOWER
+    return ErrorCode.UNKNOWN_SERVER_ERROR
