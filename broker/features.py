@@ -67,7 +67,7 @@ SUPPORTED: dict[str, FeatureSpec] = {
     KRAFT_VERSION: FeatureSpec(0, 1, KRAFT_VERSION_LEVEL),
     GROUP_VERSION: FeatureSpec(0, 1, bootstrap=1, needs={1: {METADATA_VERSION: 22}}),  # KIP-848 consumer groups
     TRANSACTION_VERSION: FeatureSpec(0, 2, bootstrap=2),  # transactions v1 and v2 (KIP-890), broker/coordinator/txn
-    SHARE_VERSION: FeatureSpec(0, 0, bootstrap=0),  # share groups: not served yet
+    SHARE_VERSION: FeatureSpec(0, 1, bootstrap=1),  # KIP-932 share groups (SV_1: no dependency)
     ELR_VERSION: FeatureSpec(0, 1, bootstrap=1, needs={1: {METADATA_VERSION: 23}}),  # KIP-966
     STREAMS_VERSION: FeatureSpec(0, 0, bootstrap=0),  # streams groups (KIP-1071): not served
 }

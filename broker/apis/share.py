@@ -8,6 +8,9 @@ batches get INVALID_REQUEST, unknown topic ids UNKNOWN_TOPIC_ID) and applied bef
 response of a ShareFetch that opens a session lists every partition, later ones only those with
 records or errors; Records is never null (librdkafka rejects that). A request at epoch -1 closes
 the session once answered, releasing the member's acquired records.
+
+As KafkaApis' isShareGroupProtocolEnabled: every share API answers UNSUPPORTED_VERSION while the
+finalized share.version is 0.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any
 
 import structlog
 
+from broker import features
 from broker.apis.group import GROUP_OPERATIONS, coordinator_of, request_info
 from broker.apis.registry import api
 from broker.share.engine import AckBatch, AckType
@@ -34,6 +38,13 @@ A = M.ShareAcknowledgeResponse
 RECORD_LIMIT = 1  # ShareAcquireMode (KIP-1206): 0 batch_optimized, 1 record_limit
 
 
+def share_groups_enabled(ctx: Any) -> bool:
+    return bool(ctx.broker.metadata.feature_level(features.SHARE_VERSION) >= 1)
+
+
+UNSUPPORTED = KafkaError(E.UNSUPPORTED_VERSION, "The version of API is not supported.")
+
+
 def manager_of(ctx: Any) -> SharePartitionManager:
     manager = getattr(ctx.broker, "share_manager", None)
     if manager is None:
@@ -45,6 +56,8 @@ def manager_of(ctx: Any) -> SharePartitionManager:
 @api(76)
 async def handle_share_group_heartbeat(ctx: Any, request: Any) -> Any:
     try:
+        if not share_groups_enabled(ctx):
+            raise UNSUPPORTED
         coordinator = coordinator_of(ctx)
         if request.member_epoch == 0:
             await ctx.broker.ensure_share_state_topic()
@@ -72,6 +85,8 @@ def _initialize(ctx: Any, group_id: str, topic_partitions: Iterable[Any]) -> Non
 async def handle_share_group_describe(ctx: Any, request: Any) -> Any:
     group_ids = list(request.group_ids)
     try:
+        if not share_groups_enabled(ctx):
+            raise UNSUPPORTED
         groups = await coordinator_of(ctx).share_group_describe(group_ids)
     except KafkaError as exc:
         groups = [M.ShareGroupDescribeResponse.DescribedGroup(group_id=g, error_code=exc.code) for g in group_ids]
@@ -154,6 +169,9 @@ async def handle_share_fetch(ctx: Any, request: Any) -> Any:
         return F(error_code=code, error_message=message, acquisition_lock_timeout_ms=lock_ms, responses=[],
                  node_endpoints=[])
 
+    if not share_groups_enabled(ctx):
+        return failed(UNSUPPORTED.code, UNSUPPORTED.message)
+
     if not group_id or not member_id:
         return failed(E.INVALID_REQUEST, "A share fetch needs a group id and a member id.")
     version = ctx.api_version
@@ -224,6 +242,9 @@ async def handle_share_acknowledge(ctx: Any, request: Any) -> Any:
     manager = manager_of(ctx)
     group_id, member_id, epoch = request.group_id, request.member_id, request.share_session_epoch
     lock_ms = manager.lock_duration_ms(group_id) if group_id else 0
+    if not share_groups_enabled(ctx):
+        return A(error_code=UNSUPPORTED.code, error_message=UNSUPPORTED.message, acquisition_lock_timeout_ms=lock_ms,
+                 responses=[], node_endpoints=[])
     if not group_id or not member_id:
         return A(error_code=E.INVALID_REQUEST, acquisition_lock_timeout_ms=lock_ms, responses=[], node_endpoints=[])
     try:
