@@ -44,6 +44,7 @@ def load_handlers() -> None:
         quotas,
         sasl,
         share,
+        share_admin,
         telemetry,
         topics,
         txn,

@@ -494,6 +494,14 @@ class SharePartitionManager:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
+    def live_offsets(self, key: ShareKey) -> tuple[int, int] | None:
+        """(start offset, delivery complete count) of a loaded share-partition: fresher than its
+        persisted state, whose start offset trails by one write (written before the SPSO moves)."""
+        entry = self.entries.get(key)
+        if entry is None or entry.ready is None or not entry.ready.done() or entry.ready.exception() is not None:
+            return None
+        return entry.engine.start_offset, entry.engine.delivery_complete_count()
+
     def in_flight(self) -> dict[ShareKey, int]:
         return {k: e.engine.in_flight_count() for k, e in self.entries.items()}
 

@@ -94,8 +94,8 @@ def test_replay_of_hand_built_records() -> None:
         members=[],
     ))
     assert shard.groups["g"].generation_id == 4 and shard.offsets.store.get("g", "t", 0) is not None
-    # Unknown record types (share group records, for instance) are skipped.
-    shard.replay(b"\x00\x0b\x00\x01g", b"\x00\x00")
+    # Unknown record types (streams group records, type 17, for instance) are skipped.
+    shard.replay(b"\x00\x11\x00\x01g", b"\x00\x00")
     # A legacy (type 0) offset commit.
     key = b"\x00\x00" + M.encode(M.LegacyOffsetCommitKey(group="old", topic="t", partition=1), 0)
     value = b"\x00\x00" + M.encode(M.LegacyOffsetCommitValue(offset=3, metadata="", commit_timestamp=1), 0)

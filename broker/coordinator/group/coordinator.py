@@ -6,11 +6,13 @@ GroupCoordinatorService). The API handlers (broker/apis/group.py, offsets.py) ca
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import structlog
 
+from broker.coordinator.group import share_admin
 from broker.coordinator.group.config import GroupCoordinatorConfig
 from broker.coordinator.group.consumer import TopicMetadata
 from broker.coordinator.group.consumer_heartbeat import validate_heartbeat_request
@@ -18,6 +20,7 @@ from broker.coordinator.group.membership import RequestInfo
 from broker.coordinator.group.shard import GroupCoordinatorShard
 from broker.coordinator.group.share_group import ShareGroup
 from broker.coordinator.group.share_heartbeat import validate_heartbeat_request as validate_share_heartbeat
+from broker.coordinator.result import CoordinatorResult
 from broker.coordinator.runtime import CoordinatorRuntime, PartitionWriter
 from broker.coordinator.timer import Clock, Timer
 from protocol import messages as M
@@ -176,6 +179,38 @@ class GroupCoordinator:
         group: ShareGroup | None = await self.runtime.read(
             self.partition_for(group_id), lambda s: s.share.share_group(group_id), "share-group")
         return group
+
+    async def alter_share_group_offsets(self, group_id: str, request: Any) -> share_admin.AlterResult:
+        """Raises KafkaError (group-level errors)."""
+        def op(s: GroupCoordinatorShard, now: int) -> CoordinatorResult[Any]:
+            records, result = share_admin.alter_offsets(s.groups, group_id, request, s.consumer.metadata)
+            return CoordinatorResult(records=records, response=result)
+
+        result: share_admin.AlterResult = await self.runtime.write(
+            self.partition_for(group_id), op, "share-group-offsets-alter")
+        return result
+
+    async def initiate_delete_share_group_offsets(self, group_id: str, request: Any) -> share_admin.DeleteResult:
+        """Raises KafkaError (group-level errors)."""
+        def op(s: GroupCoordinatorShard, now: int) -> CoordinatorResult[Any]:
+            records, result = share_admin.initiate_delete(s.groups, group_id, request, s.consumer.metadata)
+            return CoordinatorResult(records=records, response=result)
+
+        result: share_admin.DeleteResult = await self.runtime.write(
+            self.partition_for(group_id), op, "initiate-delete-share-group-offsets")
+        return result
+
+    async def complete_delete_share_group_offsets(self, group_id: str, deleted: list[uuid.UUID]) -> None:
+        await self.runtime.write(
+            self.partition_for(group_id),
+            lambda s, now: CoordinatorResult(records=share_admin.complete_delete(s.groups, group_id, deleted)),
+            "complete-delete-share-group-offsets")
+
+    async def initialized_share_partitions(self, group_id: str) -> dict[uuid.UUID, list[int]]:
+        result: dict[uuid.UUID, list[int]] = await self.runtime.read(
+            self.partition_for(group_id), lambda s: share_admin.initialized_partitions(s.groups, group_id),
+            "share-group-initialized-partitions")
+        return result
 
     async def on_topics_changed(self, created: Iterable[str] = (), deleted: Iterable[str] = (),
                                 changed: Iterable[str] = ()) -> None:

@@ -1,0 +1,184 @@
+"""Share group offset admin APIs (KIP-932): DescribeShareGroupOffsets (90), AlterShareGroupOffsets
+(91) and DeleteShareGroupOffsets (92).
+
+As Kafka's KafkaApis and GroupCoordinatorService: the group coordinator validates the group (an
+existing share group with no members for 91/92) and keeps which share-partitions are initialized;
+the share coordinator holds their state. Describe reads each share-partition's start offset and
+(v1) its lag = log end - start offset - records already delivered above the start offset, -1 while
+unknown (from the share-partition in memory when loaded: the persisted start offset trails by one
+write, as in Kafka); a share-partition without state has start offset -1. Naming no topics (null) describes
+every initialized share-partition of the group; an unknown topic comes back with a zero topic id
+and start offset -1. Alter initializes the state at the given start offsets under the group epoch
+as state epoch; delete removes the state of whole topics. The share-partitions this broker holds
+in memory are dropped, so the next fetch reads the new state.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from broker.apis.group import coordinator_of
+from broker.apis.registry import api
+from broker.apis.share import UNSUPPORTED, share_groups_enabled
+from protocol import messages as M
+from protocol.errors import ErrorCode, KafkaError
+
+E = ErrorCode
+DR = M.DescribeShareGroupOffsetsResponse
+AR = M.AlterShareGroupOffsetsResponse
+XR = M.DeleteShareGroupOffsetsResponse
+ZERO_UUID = uuid.UUID(int=0)
+UNINITIALIZED_START_OFFSET = -1
+UNINITIALIZED_LAG = -1
+NO_DELIVERY_COMPLETE_COUNT = -1
+UNKNOWN_TOPIC_MESSAGE = "This server does not host this topic-partition."
+
+
+def _error(exc: BaseException) -> tuple[ErrorCode, str | None]:
+    if isinstance(exc, KafkaError):
+        return exc.code, exc.message
+    return E.UNKNOWN_SERVER_ERROR, str(exc)
+
+
+# ----- DescribeShareGroupOffsets -----------------------------------------------------------
+async def _describe_partition(broker: Any, group_id: str, topic_id: uuid.UUID, name: str, index: int) -> Any:
+    key = (group_id, topic_id, index)
+    state = await broker.share_coordinator.read_state(key)
+    if state is None or state.start_offset == UNINITIALIZED_START_OFFSET:
+        return DR.DescribeShareGroupOffsetsResponsePartition(
+            partition_index=index, start_offset=UNINITIALIZED_START_OFFSET,
+            leader_epoch=0 if state is None else state.leader_epoch, lag=UNINITIALIZED_LAG)
+    # the share-partition this broker serves is fresher than its last write
+    start, complete = broker.share_manager.live_offsets(key) or (state.start_offset, state.delivery_complete_count)
+    lag = UNINITIALIZED_LAG
+    if complete != NO_DELIVERY_COMPLETE_COUNT:
+        partition = broker.partitions.get(name, index)
+        if partition is None:
+            return DR.DescribeShareGroupOffsetsResponsePartition(
+                partition_index=index, error_code=E.UNKNOWN_TOPIC_OR_PARTITION, error_message=UNKNOWN_TOPIC_MESSAGE)
+        lag = partition.high_watermark - start - complete
+    return DR.DescribeShareGroupOffsetsResponsePartition(
+        partition_index=index, start_offset=start, leader_epoch=state.leader_epoch, lag=lag)
+
+
+async def _describe_group(ctx: Any, group: Any) -> Any:
+    broker = ctx.broker
+    group_id = group.group_id
+    if not share_groups_enabled(ctx):
+        return DR.DescribeShareGroupOffsetsResponseGroup(group_id=group_id, error_code=UNSUPPORTED.code, topics=[])
+    if group.topics is not None and not group.topics:
+        return DR.DescribeShareGroupOffsetsResponseGroup(group_id=group_id, topics=[])
+    try:
+        wanted: list[tuple[uuid.UUID, str, list[int]]] = []
+        unknown: list[Any] = []
+        if group.topics is None:
+            initialized = await coordinator_of(ctx).initialized_share_partitions(group_id)
+            for topic_id, partitions in initialized.items():
+                info = broker.metadata.topic_by_id(topic_id)
+                if info is not None:
+                    wanted.append((topic_id, info.name, partitions))
+        else:
+            for t in group.topics:
+                info = broker.metadata.topic(t.topic_name)
+                if info is None:
+                    unknown.append(DR.DescribeShareGroupOffsetsResponseTopic(
+                        topic_name=t.topic_name, topic_id=ZERO_UUID, partitions=[
+                            DR.DescribeShareGroupOffsetsResponsePartition(
+                                partition_index=p, start_offset=UNINITIALIZED_START_OFFSET)
+                            for p in t.partitions]))
+                else:
+                    wanted.append((info.topic_id, info.name, list(t.partitions)))
+        topics = []
+        for topic_id, name, partitions in wanted:
+            topics.append(DR.DescribeShareGroupOffsetsResponseTopic(
+                topic_name=name, topic_id=topic_id,
+                partitions=[await _describe_partition(broker, group_id, topic_id, name, p) for p in partitions]))
+    except Exception as exc:
+        code, message = _error(exc)
+        return DR.DescribeShareGroupOffsetsResponseGroup(group_id=group_id, error_code=code, error_message=message,
+                                                         topics=[])
+    return DR.DescribeShareGroupOffsetsResponseGroup(group_id=group_id, topics=topics + unknown)
+
+
+@api(90)
+async def handle_describe_share_group_offsets(ctx: Any, request: Any) -> Any:
+    return DR(groups=[await _describe_group(ctx, g) for g in request.groups])
+
+
+# ----- AlterShareGroupOffsets --------------------------------------------------------------
+@api(91)
+async def handle_alter_share_group_offsets(ctx: Any, request: Any) -> Any:
+    broker = ctx.broker
+    group_id = request.group_id
+    if not share_groups_enabled(ctx):
+        return AR(error_code=UNSUPPORTED.code, error_message=UNSUPPORTED.message, responses=[])
+    if not group_id:
+        return AR(error_code=E.INVALID_GROUP_ID, error_message="The group id is invalid.", responses=[])
+    errors: list[Any] = []
+    known = []
+    for t in request.topics:
+        if broker.metadata.topic(t.topic_name) is None:
+            errors.append(AR.AlterShareGroupOffsetsResponseTopic(topic_name=t.topic_name, partitions=[
+                AR.AlterShareGroupOffsetsResponsePartition(partition_index=p.partition_index,
+                                                           error_code=E.UNKNOWN_TOPIC_OR_PARTITION,
+                                                           error_message=UNKNOWN_TOPIC_MESSAGE)
+                for p in t.partitions]))
+        else:
+            known.append(t)
+    request.topics = known
+    try:
+        result = await coordinator_of(ctx).alter_share_group_offsets(group_id, request)
+    except Exception as exc:
+        code, message = _error(exc)
+        return AR(error_code=code, error_message=message, responses=[])
+    failed: dict[tuple[uuid.UUID, int], tuple[ErrorCode, str | None]] = {}
+    for (topic_id, index), start_offset in result.offsets.items():
+        try:
+            await broker.share_coordinator.initialize_state((group_id, topic_id, index), result.state_epoch,
+                                                            start_offset)
+        except Exception as exc:
+            failed[(topic_id, index)] = _error(exc)
+    broker.share_manager.drop([(group_id, topic_id, index) for topic_id, index in result.offsets])
+    for topic in result.response.responses:
+        for p in topic.partitions:
+            if (topic.topic_id, p.partition_index) in failed:
+                p.error_code, p.error_message = failed[(topic.topic_id, p.partition_index)]
+    return AR(responses=errors + list(result.response.responses))
+
+
+# ----- DeleteShareGroupOffsets -------------------------------------------------------------
+@api(92)
+async def handle_delete_share_group_offsets(ctx: Any, request: Any) -> Any:
+    broker = ctx.broker
+    group_id = request.group_id
+    if not share_groups_enabled(ctx):
+        return XR(error_code=UNSUPPORTED.code, error_message=UNSUPPORTED.message, responses=[])
+    if not group_id:
+        return XR(error_code=E.INVALID_GROUP_ID, error_message="The group id is invalid.", responses=[])
+    coordinator = coordinator_of(ctx)
+    try:
+        result = await coordinator.initiate_delete_share_group_offsets(group_id, request)
+    except Exception as exc:
+        code, message = _error(exc)
+        return XR(error_code=code, error_message=message, responses=[])
+    deleted: list[Any] = []
+    errors = list(result.errors)
+    for topic_id, (name, partitions) in result.to_delete.items():
+        keys = [(group_id, topic_id, p) for p in partitions]
+        try:
+            await broker.share_coordinator.delete_state(keys)
+        except Exception as exc:
+            code, message = _error(exc)
+            errors.append(XR.DeleteShareGroupOffsetsResponseTopic(topic_name=name, topic_id=topic_id, error_code=code,
+                                                                  error_message=message))
+            continue
+        broker.share_manager.drop(keys)
+        deleted.append(XR.DeleteShareGroupOffsetsResponseTopic(topic_name=name, topic_id=topic_id))
+    if deleted:
+        try:
+            await coordinator.complete_delete_share_group_offsets(group_id, [t.topic_id for t in deleted])
+        except Exception as exc:
+            code, message = _error(exc)
+            return XR(error_code=code, error_message=message, responses=[])
+    return XR(responses=deleted + errors)

@@ -1,0 +1,353 @@
+"""Share groups with raw frames: share session errors, acknowledgement validation, unknown topic
+ids, the share offset admin APIs (90-92) and their error paths, DeleteGroups of a share group, and
+the share.version gate. One broker for the module; each test uses its own topic and group."""
+
+from __future__ import annotations
+
+import itertools
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from protocol import messages as M
+from protocol.errors import ErrorCode
+from tests.harness import RawClient
+from tests.integration.test_server_support import BrokerThread, batch, metadata, produce
+
+E = ErrorCode
+SHARE_HEARTBEAT, SHARE_DESCRIBE, SHARE_FETCH, SHARE_ACK = 76, 77, 78, 79
+DESCRIBE_OFFSETS, ALTER_OFFSETS, DELETE_OFFSETS = 90, 91, 92
+DELETE_GROUPS, UPDATE_FEATURES, INCREMENTAL_ALTER_CONFIGS = 42, 57, 44
+_names = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerThread]:
+    # locks as short as 1 s, so that a test can see one expire
+    bt = BrokerThread(Path(tmp_path_factory.mktemp("share-raw")),
+                      **{"group.share.min.record.lock.duration.ms": "1000"}).start()
+    try:
+        yield bt
+    finally:
+        bt.close()
+
+
+@pytest.fixture
+def client(broker: BrokerThread) -> Iterator[RawClient]:
+    c = broker.client()
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+class Share:
+    """A share group member driven by hand: a topic of `partitions` with `records` records in
+    partition 0, the group reading from the earliest offset."""
+
+    def __init__(self, broker: BrokerThread, client: RawClient, records: int = 10, partitions: int = 1) -> None:
+        n = next(_names)
+        self.client, self.topic, self.group = client, "share-raw-%d" % n, "share-raw-group-%d" % n
+        broker.create_topic(self.topic, partitions)
+        self.topic_id = metadata(client, [self.topic]).topics[0].topic_id
+        if records:
+            assert produce(client, self.topic, 0, batch([b"v%d" % i for i in range(records)])).error_code == 0
+        self.set_configs(**{"share.auto.offset.reset": "earliest"})
+        self.member = uuid.uuid4().hex[:22]
+        self.epoch = 0
+
+    def set_configs(self, **configs: str) -> None:
+        R = M.IncrementalAlterConfigsRequest
+        request = R(resources=[R.AlterConfigsResource(resource_type=32, resource_name=self.group, configs=[
+            R.AlterableConfig(name=k, config_operation=0, value=v) for k, v in configs.items()])], validate_only=False)
+        assert self.client.call(INCREMENTAL_ALTER_CONFIGS, 1, request).responses[0].error_code == 0
+
+    def heartbeat(self, epoch: int | None = None, member: str | None = None, topics: list[str] | None = None) -> Any:
+        epoch = self.epoch if epoch is None else epoch
+        request = M.ShareGroupHeartbeatRequest(
+            group_id=self.group, member_id=self.member if member is None else member, member_epoch=epoch,
+            rack_id=None, subscribed_topic_names=[self.topic] if topics is None and epoch == 0 else topics)
+        return self.client.call(SHARE_HEARTBEAT, 1, request)
+
+    def join(self) -> Any:
+        response = self.heartbeat()
+        assert response.error_code == 0, response
+        self.epoch = response.member_epoch
+        return response
+
+    def leave(self) -> None:
+        assert self.heartbeat(epoch=-1).error_code == 0
+
+    def fetch(self, epoch: int, partitions: list[int] | None = None, acks: dict[int, list[Any]] | None = None,
+              topic_id: uuid.UUID | None = None, max_wait_ms: int = 0, version: int = 1,
+              member: str | None = None) -> Any:
+        R = M.ShareFetchRequest
+        parts = sorted(set(partitions or []) | set(acks or {}))
+        topics = [R.FetchTopic(topic_id=topic_id or self.topic_id, partitions=[
+            R.FetchPartition(partition_index=p, acknowledgement_batches=(acks or {}).get(p, [])) for p in parts])
+        ] if parts else []
+        request = R(group_id=self.group, member_id=member or self.member, share_session_epoch=epoch,
+                    max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=1 << 20, max_records=500, batch_size=500,
+                    topics=topics, forgotten_topics_data=[])
+        return self.client.call(SHARE_FETCH, version, request)
+
+    def acknowledge(self, epoch: int, acks: dict[int, list[Any]], version: int = 1) -> Any:
+        R = M.ShareAcknowledgeRequest
+        request = R(group_id=self.group, member_id=self.member, share_session_epoch=epoch, topics=[
+            R.AcknowledgeTopic(topic_id=self.topic_id, partitions=[
+                R.AcknowledgePartition(partition_index=p, acknowledgement_batches=b) for p, b in acks.items()])])
+        return self.client.call(SHARE_ACK, version, request)
+
+    def describe_offsets(self, topics: list[tuple[str, list[int]]] | None = None, version: int = 1) -> Any:
+        R = M.DescribeShareGroupOffsetsRequest
+        wanted = None if topics is None else [R.DescribeShareGroupOffsetsRequestTopic(topic_name=t, partitions=ps)
+                                              for t, ps in topics]
+        request = R(groups=[R.DescribeShareGroupOffsetsRequestGroup(group_id=self.group, topics=wanted)])
+        return self.client.call(DESCRIBE_OFFSETS, version, request).groups[0]
+
+    def alter_offsets(self, offsets: dict[tuple[str, int], int], group: str | None = None) -> Any:
+        R = M.AlterShareGroupOffsetsRequest
+        by_topic: dict[str, list[Any]] = {}
+        for (t, p), offset in offsets.items():
+            by_topic.setdefault(t, []).append(R.AlterShareGroupOffsetsRequestPartition(partition_index=p,
+                                                                                       start_offset=offset))
+        request = R(group_id=self.group if group is None else group, topics=[
+            R.AlterShareGroupOffsetsRequestTopic(topic_name=t, partitions=ps) for t, ps in by_topic.items()])
+        return self.client.call(ALTER_OFFSETS, 0, request)
+
+    def delete_offsets(self, topics: list[str]) -> Any:
+        R = M.DeleteShareGroupOffsetsRequest
+        request = R(group_id=self.group, topics=[R.DeleteShareGroupOffsetsRequestTopic(topic_name=t) for t in topics])
+        return self.client.call(DELETE_OFFSETS, 0, request)
+
+
+def ack(first: int, last: int, *types: int) -> Any:
+    return M.ShareFetchRequest.AcknowledgementBatch(first_offset=first, last_offset=last,
+                                                    acknowledge_types=list(types) or [1])
+
+
+def ack_batch(first: int, last: int, *types: int) -> Any:
+    return M.ShareAcknowledgeRequest.AcknowledgementBatch(first_offset=first, last_offset=last,
+                                                          acknowledge_types=list(types) or [1])
+
+
+def partition_of(response: Any, index: int = 0) -> Any:
+    return next(p for t in response.responses for p in t.partitions if p.partition_index == index)
+
+
+def acquired(response: Any, index: int = 0) -> list[tuple[int, int, int]]:
+    parts = [p for t in response.responses for p in t.partitions if p.partition_index == index]
+    return [(a.first_offset, a.last_offset, a.delivery_count) for p in parts for a in p.acquired_records]
+
+
+def offsets_of(group: Any) -> dict[tuple[str, int], tuple[int, int]]:
+    """(topic, partition) -> (start offset, lag) of a DescribeShareGroupOffsets group."""
+    return {(t.topic_name, p.partition_index): (p.start_offset, p.lag) for t in group.topics for p in t.partitions}
+
+
+# ----- share sessions and acknowledgements -------------------------------------------------
+def test_share_session_epochs(broker: BrokerThread, client: RawClient) -> None:
+    s = Share(broker, client)
+    s.join()
+    assert s.fetch(1, [0]).error_code == E.SHARE_SESSION_NOT_FOUND  # no session yet
+    opened = s.fetch(0, [0])
+    assert opened.error_code == 0 and acquired(opened) == [(0, 9, 1)]
+    assert opened.acquisition_lock_timeout_ms == 30000
+    assert s.fetch(5).error_code == E.INVALID_SHARE_SESSION_EPOCH
+    assert s.acknowledge(3, {0: [ack_batch(0, 9)]}).error_code == E.INVALID_SHARE_SESSION_EPOCH
+    # a ShareFetch at epoch 0 that carries acknowledgements is refused
+    assert s.fetch(0, acks={0: [ack(0, 9)]}).error_code == E.INVALID_REQUEST
+    done = s.acknowledge(1, {0: [ack_batch(0, 9)]})
+    assert done.error_code == 0 and partition_of(done).error_code == 0
+    # the session goes on at epoch 2, closes at -1 (its last acknowledgements applied)
+    assert s.fetch(2).error_code == 0
+    assert s.fetch(-1).error_code == 0
+    assert s.fetch(3).error_code == E.SHARE_SESSION_NOT_FOUND
+    assert s.acknowledge(3, {0: [ack_batch(0, 0)]}).error_code == E.SHARE_SESSION_NOT_FOUND
+
+
+def test_acknowledgement_errors(broker: BrokerThread, client: RawClient) -> None:
+    s = Share(broker, client)
+    s.join()
+    assert acquired(s.fetch(0, [0])) == [(0, 9, 1)]
+    # overlapping batches, an unknown type, a length that does not match: INVALID_REQUEST on the partition
+    epoch = 1
+    for bad in ([ack(0, 4), ack(3, 5)], [ack(0, 0, 7)], [ack(0, 2, 1, 1)], [ack(5, 4)]):
+        response = s.fetch(epoch, acks={0: bad})
+        epoch += 1
+        assert partition_of(response).acknowledge_error_code == E.INVALID_REQUEST, bad
+    # past the acquired records: INVALID_REQUEST, nothing applied (as Kafka's SharePartition)
+    response = s.acknowledge(epoch, {0: [ack_batch(0, 12)]})
+    epoch += 1
+    assert (partition_of(response).error_code, partition_of(response).error_message) == (
+        E.INVALID_REQUEST, "Batch record not found. The last offset in request is past acquired records.")
+    # records no longer acquired (acknowledged already) above the start offset: INVALID_RECORD_STATE;
+    # below it they are skipped (as Kafka)
+    assert partition_of(s.acknowledge(epoch, {0: [ack_batch(0, 1), ack_batch(5, 6)]})).error_code == 0
+    response = s.acknowledge(epoch + 1, {0: [ack_batch(5, 6)]})
+    assert (partition_of(response).error_code, partition_of(response).error_message) == (
+        E.INVALID_RECORD_STATE, "The offset cannot be acknowledged. The offset is not acquired.")
+    assert partition_of(s.acknowledge(epoch + 2, {0: [ack_batch(0, 1)]})).error_code == 0
+    epoch += 3
+    # an unknown topic id: UNKNOWN_TOPIC_ID
+    R = M.ShareAcknowledgeRequest
+    unknown = uuid.uuid4()
+    request = R(group_id=s.group, member_id=s.member, share_session_epoch=epoch, topics=[R.AcknowledgeTopic(
+        topic_id=unknown, partitions=[R.AcknowledgePartition(partition_index=0, acknowledgement_batches=[
+            ack_batch(0, 0)])])])
+    response = client.call(SHARE_ACK, 1, request)
+    epoch += 1
+    assert [(t.topic_id, t.partitions[0].error_code) for t in response.responses] == [(unknown, E.UNKNOWN_TOPIC_ID)]
+    # RENEW (4) exists from v2 only
+    v1 = s.acknowledge(epoch, {0: [ack_batch(0, 0, 4)]})
+    assert partition_of(v1).error_code == E.INVALID_REQUEST
+    assert partition_of(s.acknowledge(epoch + 1, {0: [ack_batch(2, 4), ack_batch(7, 9)]})).error_code == 0
+
+
+def test_an_acknowledgement_after_the_lock_expired(broker: BrokerThread, client: RawClient) -> None:
+    s = Share(broker, client, records=3)
+    s.set_configs(**{"share.record.lock.duration.ms": "1000"})
+    s.join()
+    first = s.fetch(0, [0])
+    assert acquired(first) == [(0, 2, 1)] and first.acquisition_lock_timeout_ms == 1000
+    time.sleep(1.5)  # the lock runs out: the records are AVAILABLE again
+    late = s.acknowledge(1, {0: [ack_batch(0, 2)]})
+    assert (partition_of(late).error_code, partition_of(late).error_message) == (
+        E.INVALID_RECORD_STATE, "The batch cannot be acknowledged. The batch is not in the acquired state.")
+    assert acquired(s.fetch(2, [0])) == [(0, 2, 2)]  # delivered again, counted
+    assert partition_of(s.acknowledge(3, {0: [ack_batch(0, 2)]})).error_code == 0
+
+
+def test_max_records_is_bounded_by_the_record_locks(broker: BrokerThread, client: RawClient) -> None:
+    s = Share(broker, client, records=0)
+    for n in range(15):  # batches of 10: the cap is soft up to a batch boundary (as Kafka's)
+        assert produce(client, s.topic, 0, batch([b"v%d" % (n * 10 + i) for i in range(10)])).error_code == 0
+    s.set_configs(**{"share.partition.max.record.locks": "100"})
+    s.join()
+    R = M.ShareFetchRequest
+    request = R(group_id=s.group, member_id=s.member, share_session_epoch=0, max_wait_ms=0, min_bytes=1,
+                max_bytes=1 << 20, max_records=2**31 - 1, batch_size=2**31 - 1, topics=[R.FetchTopic(
+                    topic_id=s.topic_id, partitions=[R.FetchPartition(partition_index=0, acknowledgement_batches=[])])],
+                forgotten_topics_data=[])
+    response = client.call(SHARE_FETCH, 1, request)
+    assert response.error_code == 0
+    got = acquired(response)
+    assert sum(last - first + 1 for first, last, _ in got) == 100 and got[0][0] == 0
+
+
+def test_fetching_an_unknown_topic_id_or_partition(broker: BrokerThread, client: RawClient) -> None:
+    s = Share(broker, client)
+    s.join()
+    unknown = uuid.uuid4()
+    response = s.fetch(0, [0], topic_id=unknown)
+    assert response.error_code == 0
+    assert [(t.topic_id, t.partitions[0].error_code) for t in response.responses] == [(unknown, E.UNKNOWN_TOPIC_ID)]
+    s.fetch(-1)
+    response = s.fetch(0, [7])
+    assert partition_of(response, 7).error_code == E.UNKNOWN_TOPIC_OR_PARTITION
+    assert partition_of(response, 7).records == b""  # never null (librdkafka rejects a null)
+
+
+def test_share_heartbeat_errors(broker: BrokerThread, client: RawClient) -> None:
+    s = Share(broker, client, records=0)
+    assert s.heartbeat(member="").error_code == E.INVALID_REQUEST
+    assert s.heartbeat(topics=[]).error_code == E.INVALID_REQUEST  # joining needs a subscription
+    missing = s.heartbeat(epoch=3)
+    assert (missing.error_code, missing.error_message) == (E.GROUP_ID_NOT_FOUND,
+                                                           "Share group %s not found." % s.group)
+    s.join()
+    assert s.heartbeat(epoch=3, member="x" * 22).error_code == E.UNKNOWN_MEMBER_ID
+    assert s.heartbeat(epoch=s.epoch + 5).error_code == E.FENCED_MEMBER_EPOCH
+    described = client.call(SHARE_DESCRIBE, 1, M.ShareGroupDescribeRequest(group_ids=[s.group, "nope"],
+                                                                           include_authorized_operations=False))
+    assert [(g.group_id, g.error_code, g.group_state) for g in described.groups][0] == (s.group, 0, "Stable")
+    assert described.groups[1].error_code == E.GROUP_ID_NOT_FOUND
+
+
+# ----- DescribeShareGroupOffsets / AlterShareGroupOffsets / DeleteShareGroupOffsets --------
+def test_share_group_offsets(broker: BrokerThread, client: RawClient) -> None:
+    s = Share(broker, client, records=10, partitions=2)
+    s.join()
+    assert acquired(s.fetch(0, [0, 1])) == [(0, 9, 1)]
+    s.acknowledge(1, {0: [ack_batch(0, 3), ack_batch(6, 7)]})  # 0-3 done: start offset 4; 6-7 done above it
+    group = s.describe_offsets()
+    assert offsets_of(group) == {(s.topic, 0): (4, 4), (s.topic, 1): (0, 0)}
+    assert offsets_of(s.describe_offsets(version=0))[(s.topic, 0)][0] == 4
+    named = s.describe_offsets([(s.topic, [0]), ("no-such-topic", [0])])
+    assert offsets_of(named) == {(s.topic, 0): (4, 4), ("no-such-topic", 0): (-1, -1)}
+    assert [t.topic_id for t in named.topics][1] == uuid.UUID(int=0)
+    assert s.describe_offsets([]).topics == []
+
+    # a group with members cannot be altered or have its offsets deleted
+    assert s.alter_offsets({(s.topic, 0): 2}).error_code == E.NON_EMPTY_GROUP
+    assert s.delete_offsets([s.topic]).error_code == E.NON_EMPTY_GROUP
+    unknown = s.alter_offsets({(s.topic, 0): 2}, group="no-such-group")
+    assert (unknown.error_code, unknown.error_message) == (E.GROUP_ID_NOT_FOUND, "Group no-such-group not found.")
+    s.fetch(-1)
+    s.leave()
+
+    altered = s.alter_offsets({(s.topic, 0): 2, (s.topic, 5): 0, ("no-such-topic", 0): 1})
+    assert altered.error_code == 0
+    results = {(t.topic_name, p.partition_index): p.error_code for t in altered.responses for p in t.partitions}
+    assert results == {(s.topic, 0): 0, (s.topic, 5): E.UNKNOWN_TOPIC_OR_PARTITION,
+                       ("no-such-topic", 0): E.UNKNOWN_TOPIC_OR_PARTITION}
+    assert offsets_of(s.describe_offsets())[(s.topic, 0)] == (2, 8)  # the new start: nothing delivered above it
+    # a member joining now reads from offset 2 (the broker let go of what it held in memory)
+    s.member, s.epoch = uuid.uuid4().hex[:22], 0
+    s.join()
+    assert acquired(s.fetch(0, [0])) == [(2, 9, 1)]
+    s.fetch(-1)
+    s.leave()
+
+    deleted = s.delete_offsets([s.topic, "no-such-topic"])
+    assert deleted.error_code == 0
+    assert [(t.topic_name, t.error_code) for t in deleted.responses] == [
+        (s.topic, 0), ("no-such-topic", E.UNKNOWN_TOPIC_OR_PARTITION)]
+    assert s.describe_offsets().topics == []
+    assert offsets_of(s.describe_offsets([(s.topic, [0])])) == {(s.topic, 0): (-1, -1)}
+    again = s.delete_offsets([s.topic])
+    assert [(t.error_code, t.error_message) for t in again.responses] == [
+        (E.UNKNOWN_TOPIC_OR_PARTITION, "There is no offset information to delete.")]
+
+
+def test_delete_groups_deletes_the_share_state(broker: BrokerThread, client: RawClient) -> None:
+    s = Share(broker, client, records=5)
+    s.join()
+    assert acquired(s.fetch(0, [0])) == [(0, 4, 1)]
+    s.acknowledge(1, {0: [ack_batch(0, 4)]})
+    R = M.DeleteGroupsRequest
+    assert client.call(DELETE_GROUPS, 2, R(groups_names=[s.group])).results[0].error_code == E.NON_EMPTY_GROUP
+    s.fetch(-1)
+    s.leave()
+    assert offsets_of(s.describe_offsets())[(s.topic, 0)] == (5, 0)
+    assert client.call(DELETE_GROUPS, 2, R(groups_names=[s.group])).results[0].error_code == 0
+    assert offsets_of(s.describe_offsets([(s.topic, [0])])) == {(s.topic, 0): (-1, -1)}
+
+
+def test_share_version_zero_turns_the_share_apis_off(broker: BrokerThread, client: RawClient) -> None:
+    s = Share(broker, client, records=1)
+    R = M.UpdateFeaturesRequest
+
+    def set_level(level: int, upgrade_type: int) -> None:
+        request = R(timeout_ms=60000, validate_only=False, feature_updates=[R.FeatureUpdateKey(
+            feature="share.version", max_version_level=level, upgrade_type=upgrade_type,
+            allow_downgrade=upgrade_type != 1)])
+        assert client.call(UPDATE_FEATURES, 1, request).error_code == 0
+
+    set_level(0, 2)
+    try:
+        assert s.heartbeat().error_code == E.UNSUPPORTED_VERSION
+        assert s.fetch(0, [0]).error_code == E.UNSUPPORTED_VERSION
+        assert s.acknowledge(1, {0: [ack_batch(0, 0)]}).error_code == E.UNSUPPORTED_VERSION
+        assert s.describe_offsets().error_code == E.UNSUPPORTED_VERSION
+        assert s.alter_offsets({(s.topic, 0): 0}).error_code == E.UNSUPPORTED_VERSION
+        assert s.delete_offsets([s.topic]).error_code == E.UNSUPPORTED_VERSION
+        described = client.call(SHARE_DESCRIBE, 1, M.ShareGroupDescribeRequest(group_ids=[s.group]))
+        assert described.groups[0].error_code == E.UNSUPPORTED_VERSION
+    finally:
+        set_level(1, 1)
+    assert s.heartbeat().error_code == 0
