@@ -39,8 +39,10 @@ from broker.security.authorizer import Authorizer
 from broker.security.listeners import build_listeners
 from broker.security.quotas import ClientQuotas
 from broker.server import KafkaServer
+from broker.share.dlq import DeadLetterQueue, DlqSettings
 from broker.share.engine import ShareSettings
 from broker.share.manager import ShareGroupSettings, SharePartitionManager
+from broker.share_dlq import BrokerDlqCluster
 from broker.state_metrics import BrokerStateCollector
 from broker.telemetry import ClientTelemetry
 from broker.testing.faults import Faults
@@ -305,14 +307,22 @@ class Broker:
             prune_before=lambda index, offset: log_for(index).delete_records_before(offset),
         )
         await self.share_coordinator.start()
+        self.dead_letter_queue = DeadLetterQueue(BrokerDlqCluster(self), self._dlq_settings)
         self.share_manager = SharePartitionManager(
             self.share_coordinator, self._share_partition, self.share_group_settings, AsyncioClock(),
-            max_sessions=int(self.config["group.share.max.share.sessions"]))
+            max_sessions=int(self.config["group.share.max.share.sessions"]), dead_letters=self.dead_letter_queue.write)
         self.group_coordinator.delete_share_state = self._delete_share_state
 
     def _share_partition(self, topic_id: uuid.UUID, index: int) -> Any:
         topic = self.metadata.topic_by_id(topic_id)
         return None if topic is None else self.partitions.get(topic.name, index)
+
+    def _dlq_settings(self, group_id: str) -> DlqSettings:
+        s = self.group_configs.settings(group_id)
+        return DlqSettings(s.dlq_topic_name, s.dlq_copy_record_enable,
+                           str(self.config["errors.deadletterqueue.topic.name.prefix"] or ""),
+                           bool(self.config["errors.deadletterqueue.auto.create.topics.enable"]),
+                           s.share_delivery_count_limit)
 
     def share_group_settings(self, group_id: str) -> ShareGroupSettings:
         """A share group's settings: the broker's (group.share.*), under the group's configs."""

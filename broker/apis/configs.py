@@ -113,9 +113,11 @@ TOPIC_CONFIG_DEFS: dict[str, TopicConfigDef] = {
     "segment.ms": TopicConfigDef("long", "604800000", "Age after which the active segment rolls."),
     "unclean.leader.election.enable": TopicConfigDef("boolean", "false", "Allow out-of-sync leaders."),
 }
-# Internal topic configs: valid, but described only when set.
+# Valid topic configs described only when set: internal ones, and those newer than Kafka 4.2.
 INTERNAL_TOPIC_CONFIG_DEFS = {
     "internal.segment.bytes": TopicConfigDef("int", None, "Segment size below the 1 MiB floor, for tests."),
+    "errors.deadletterqueue.group.enable": TopicConfigDef(
+        "boolean", "false", "The topic may be a share group's dead-letter queue (KIP-1191, Kafka 4.4)."),
 }
 
 # topic config -> broker synonyms in priority order with the factor to milliseconds

@@ -226,6 +226,7 @@ TOPIC_CONFIGS: dict[str, _Spec] = {
     "local.retention.bytes": _Spec(None, _long(-2)),
     "remote.log.copy.disable": _Spec(None, _parse_bool),
     "remote.log.delete.on.disable": _Spec(None, _parse_bool),
+    "errors.deadletterqueue.group.enable": _Spec(None, _parse_bool),  # KIP-1191 (Kafka 4.4)
 }
 
 

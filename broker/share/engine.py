@@ -47,6 +47,13 @@ class AckType(enum.IntEnum):
     RENEW = 4  # KIP-1222: extend the acquisition lock
 
 
+class DeadLetterCause(enum.Enum):
+    """Why a record goes to the dead-letter queue (Kafka's ShareGroupDLQ causes and messages)."""
+
+    CLIENT_REJECT = "Offset rejected by client."
+    DELIVERY_COUNT_EXCEEDED = "Offset delivery count exceeded the threshold."
+
+
 class AckBatch(NamedTuple):
     first_offset: int
     last_offset: int
@@ -95,6 +102,8 @@ class Transition:
     kind: str  # acknowledge, release, expire, archive
     touched: list[tuple[int, int, InFlightState, InFlightBatch]] = field(default_factory=list)
     renewed: list[tuple[InFlightState, InFlightBatch, int | None]] = field(default_factory=list)  # old deadlines
+    # (first, last, cause) of the records this transition moves to ARCHIVING (for the DLQ)
+    dead_letters: list[tuple[int, int, DeadLetterCause]] = field(default_factory=list)
 
     def add(self, first: int, last: int, state: InFlightState, batch: InFlightBatch) -> None:
         self.touched.append((first, last, state, batch))
@@ -511,8 +520,11 @@ class SharePartition:
         new = _ACK_STATE[AckType(type_)]
         if type_ == AckType.REJECT and self.settings.dlq:
             new = S.ARCHIVING
+            t.dead_letters.append((first, last, DeadLetterCause.CLIENT_REJECT))
         elif new is S.AVAILABLE and st.delivery_count >= self.settings.delivery_count_limit:
             new = S.ARCHIVING if self.settings.dlq else S.ARCHIVED
+            if self.settings.dlq:
+                t.dead_letters.append((first, last, DeadLetterCause.DELIVERY_COUNT_EXCEEDED))
         st.start(new, st.delivery_count)
         t.add(first, last, st, batch)
 
@@ -574,6 +586,8 @@ class SharePartition:
             new = S.ARCHIVED
         elif st.delivery_count >= self.settings.delivery_count_limit:
             new = S.ARCHIVING if self.settings.dlq else S.ARCHIVED
+            if self.settings.dlq:
+                t.dead_letters.append((first, last, DeadLetterCause.DELIVERY_COUNT_EXCEEDED))
         else:
             new = S.AVAILABLE
         st.start(new, st.delivery_count)
@@ -581,7 +595,9 @@ class SharePartition:
 
     # ----- the dead-letter queue ----------------------------------------------------------
     def archiving(self) -> list[AcquiredRecords]:
-        """Records waiting in ARCHIVING (for the dead-letter queue), with their delivery counts."""
+        """Records waiting in ARCHIVING (for the dead-letter queue), with their delivery counts
+        (the cause is in the Transition that moved them there; after a restart, a delivery count
+        at the limit says the deliveries ran out, a lower one that the client rejected them)."""
         out: list[AcquiredRecords] = []
         for batch in self.batches():
             for first, last, st in batch.states():
@@ -605,6 +621,25 @@ class SharePartition:
                 batch.split()
             for lo, hi, st in batch.states():
                 if lo >= first and hi <= last and st.state is S.ARCHIVING and st.pending is None:
+                    st.start(S.ARCHIVED, st.delivery_count)
+                    t.add(lo, hi, st, batch)
+        return t
+
+    def archive_acquired(self, member_id: str, first: int, last: int) -> Transition:
+        """Records just acquired by the member that belong to aborted transactions (read_committed):
+        ARCHIVED, never delivered (Kafka's maybeFilterAbortedTransactionalAcquiredRecords)."""
+        t = Transition("archive")
+        floor = self._floor(first)
+        for batch in self._between(floor.first if floor is not None else first, last):
+            if batch.offsets is None and not (batch.first >= first and batch.last <= last):
+                whole = batch.whole
+                assert whole is not None
+                if whole.state is not S.ACQUIRED or whole.pending is not None:
+                    continue
+                batch.split()
+            for lo, hi, st in batch.states():
+                if (lo >= first and hi <= last and st.state is S.ACQUIRED and st.member_id == member_id
+                        and st.pending is None):
                     st.start(S.ARCHIVED, st.delivery_count)
                     t.add(lo, hi, st, batch)
         return t

@@ -28,9 +28,11 @@ from broker.coordinator.share.records import ShareKey
 from broker.coordinator.share.shard import WriteState
 from broker.coordinator.share.state import ShareGroupOffset
 from broker.coordinator.timer import Cancellable, Clock
+from broker.share.dlq import DeadLetter, DeadLetterWriter
 from broker.share.engine import (
     AckBatch,
     AcquiredRecords,
+    DeadLetterCause,
     FetchedBatch,
     SharePartition,
     ShareSettings,
@@ -66,6 +68,8 @@ class PartitionLike(Protocol):
 
     def fetch_bound(self, isolation_level: int) -> int: ...
 
+    def aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[Any]: ...
+
     def read(self, offset: int, max_bytes: int, isolation_level: int, min_one_message: bool = True) -> Any: ...
 
     def add_waiter(self, waiter: asyncio.Future[None]) -> None: ...
@@ -95,7 +99,8 @@ class PartitionResult:
 class _Entry:
     """One share-partition: its engine, partition, lock timer and waiting fetches."""
 
-    __slots__ = ("key", "engine", "partition", "ready", "timer", "timer_deadline", "waiters")
+    __slots__ = ("key", "engine", "partition", "ready", "timer", "timer_deadline", "waiters", "dlq_causes",
+                 "dlq_running")
 
     def __init__(self, key: ShareKey, engine: SharePartition, partition: PartitionLike) -> None:
         self.key = key
@@ -105,6 +110,8 @@ class _Entry:
         self.timer: Cancellable | None = None
         self.timer_deadline: int | None = None
         self.waiters: set[asyncio.Future[None]] = set()
+        self.dlq_causes: list[tuple[int, int, DeadLetterCause]] = []  # why records are in ARCHIVING
+        self.dlq_running = False
 
 
 @dataclass
@@ -118,13 +125,17 @@ class ShareMetrics:
     rejected: int = 0
     lock_expired: int = 0  # records whose acquisition lock ran out
     archived: int = 0  # records that ran out of deliveries or were rejected (incl. those sent to a DLQ)
+    dead_lettered: int = 0  # records written to a dead-letter topic
+    dead_letter_failed: int = 0  # records archived without reaching their dead-letter topic
 
 
 class SharePartitionManager:
     def __init__(self, persister: Persister, partition_of: Callable[[uuid.UUID, int], PartitionLike | None],
                  settings_of: Callable[[str], ShareGroupSettings], clock: Clock, max_sessions: int = 2000,
-                 wall_clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+                 wall_clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+                 dead_letters: DeadLetterWriter | None = None) -> None:
         self.persister = persister
+        self.dead_letters = dead_letters
         self.partition_of = partition_of
         self.settings_of = settings_of
         self.clock = clock
@@ -182,6 +193,8 @@ class SharePartitionManager:
         else:
             engine.load(state.start_offset, state.state_epoch, state.state_batches)
         engine.on_log_start(partition.log_start_offset)
+        if engine.archiving():
+            self._kick_dead_letters(entry)  # written to the DLQ before a restart, or not: (again) now
         log.debug("share partition loaded", group_id=entry.key[0], topic_id=str(entry.key[1]),
                   partition=entry.key[2], start_offset=engine.start_offset)
 
@@ -291,13 +304,17 @@ class SharePartitionManager:
             return [], b""
         positions = []
         fetched = []
+        headers = []
         for pos, header in iter_batches(data):
             positions.append(pos)
+            headers.append(header)
             fetched.append(FetchedBatch(header.base_offset, header.last_offset))
         if not fetched:
             return [], b""
         now = self.clock.now_ms()
         got = engine.acquire(member_id, offset, fetched, max_records, batch_size, now, record_limit)
+        if got and isolation == READ_COMMITTED:
+            got = self._drop_aborted(member_id, entry, got, headers)
         self._arm(entry)
         if not got:
             return [], b""
@@ -312,6 +329,31 @@ class SharePartitionManager:
         last = max(i for i, b in enumerate(fetched) if b.base_offset <= hi)
         end = positions[last + 1] if last + 1 < len(positions) else len(data)
         return got, bytes(data[positions[first]:end])
+
+    def _drop_aborted(self, member_id: str, entry: _Entry, got: list[AcquiredRecords], headers: list[Any]
+                      ) -> list[AcquiredRecords]:
+        """read_committed: the acquired records of aborted transactions are archived at once (in
+        the background, persisted like any change) and not handed out."""
+        aborted_txns = entry.partition.aborted_transactions(got[0].first_offset, max(a.last_offset for a in got) + 1)
+        if not aborted_txns:
+            return got
+        aborted = [(h.base_offset, h.last_offset) for h in headers
+                   if h.is_transactional and not h.is_control and any(
+                       t.producer_id == h.producer_id and t.first_offset <= h.base_offset <= t.last_offset
+                       for t in aborted_txns)]
+        if not aborted:
+            return got
+        for first, last in aborted:
+            t = entry.engine.archive_acquired(member_id, first, last)
+            if t:
+                self._spawn(self._persist_quietly(entry, t))
+        return subtract_ranges(got, aborted)
+
+    async def _persist_quietly(self, entry: _Entry, t: Transition) -> None:
+        try:
+            await self._persist(entry, t)
+        except KafkaError:
+            pass  # rolled back: acquired until the lock runs out, then archived again when fetched
 
     async def _wait(self, entries: list[tuple[TopicIdPartition, _Entry]], timeout: float) -> bool:
         """Until a partition has new data or released records, or the timeout; True if stopped."""
@@ -391,6 +433,9 @@ class SharePartitionManager:
         engine.complete(t, error is None, self.clock.now_ms())
         if error is None:
             self.metrics.archived += archived_before
+            if t.dead_letters:
+                entry.dlq_causes.extend(t.dead_letters)
+                self._kick_dead_letters(entry)
         self._wake(entry)  # records may be available again, or the SPSO moved
         self._arm(entry)
         if error is not None:
@@ -403,6 +448,49 @@ class SharePartitionManager:
 
         return sum(last - first + 1 for first, last, st, _ in t.touched
                    if st.state in (RecordState.ARCHIVED, RecordState.ARCHIVING) and t.kind != "archive")
+
+    # ----- the dead-letter queue ----------------------------------------------------------
+    def _kick_dead_letters(self, entry: _Entry) -> None:
+        if self.dead_letters is not None and not entry.dlq_running:
+            entry.dlq_running = True
+            self._spawn(self._run_dead_letters(entry))
+
+    async def _run_dead_letters(self, entry: _Entry) -> None:
+        """Write the ARCHIVING records to the group's dead-letter topic, then archive them (also
+        when the write failed: Kafka gives up on them too); one loop per share-partition."""
+        assert self.dead_letters is not None
+        group_id, topic_id, index = entry.key
+        try:
+            while self.entries.get(entry.key) is entry and not self._stopping:
+                pending = entry.engine.archiving()
+                if not pending:
+                    break
+                for r in pending:
+                    count = r.last_offset - r.first_offset + 1
+                    causes = [c for c in entry.dlq_causes if c[1] >= r.first_offset and c[0] <= r.last_offset]
+                    letter = DeadLetter(group_id, topic_id, index, r.first_offset, r.last_offset, r.delivery_count,
+                                        causes)
+                    try:
+                        await self.dead_letters(letter)
+                        self.metrics.dead_lettered += count
+                    except Exception as exc:
+                        self.metrics.dead_letter_failed += count
+                        log.warning("dead-letter write failed", group_id=group_id, topic_id=str(topic_id),
+                                    partition=index, first_offset=r.first_offset, last_offset=r.last_offset,
+                                    error=getattr(exc, "message", None) or repr(exc))
+                    if self.entries.get(entry.key) is not entry:
+                        return
+                    try:
+                        await self._persist(entry, entry.engine.archived(r.first_offset, r.last_offset))
+                    except KafkaError:
+                        self.clock.call_later(EXPIRY_RETRY_MS, lambda: self._kick_dead_letters(entry))
+                        return
+                start = entry.engine.start_offset
+                done = {(r.first_offset, r.last_offset) for r in pending}
+                entry.dlq_causes = [c for c in entry.dlq_causes if c[1] >= start and not any(
+                    f <= c[0] and c[1] <= last for f, last in done)]
+        finally:
+            entry.dlq_running = False
 
     # ----- sessions -----------------------------------------------------------------------
     async def release_session(self, group_id: str, member_id: str) -> None:
@@ -504,6 +592,22 @@ class SharePartitionManager:
 
     def in_flight(self) -> dict[ShareKey, int]:
         return {k: e.engine.in_flight_count() for k, e in self.entries.items()}
+
+
+def subtract_ranges(got: list[AcquiredRecords], removed: list[tuple[int, int]]) -> list[AcquiredRecords]:
+    """The acquired ranges without the offsets in `removed` (sorted, non-overlapping ranges)."""
+    out: list[AcquiredRecords] = []
+    for a in got:
+        lo = a.first_offset
+        for first, last in removed:
+            if last < lo or first > a.last_offset:
+                continue
+            if first > lo:
+                out.append(AcquiredRecords(lo, first - 1, a.delivery_count))
+            lo = max(lo, last + 1)
+        if lo <= a.last_offset:
+            out.append(AcquiredRecords(lo, a.last_offset, a.delivery_count))
+    return out
 
 
 def _persister_error(code: ErrorCode) -> ErrorCode:

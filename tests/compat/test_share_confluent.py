@@ -16,13 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
+from confluent_kafka import AcknowledgeType, Consumer, Producer, ShareConsumer
+from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaAdminClient
 from kafka.admin import ConfigResource, ConfigResourceType
 
+from protocol import messages as M
 from tests.compat.conftest import create_topic
 from tests.compat.share_child import ShareChild
-from tests.harness import BrokerProcess, free_port, wait_for
+from tests.harness import BrokerProcess, RawClient, free_port, wait_for
 
 BROKER_OVERRIDES = {
     "group.share.heartbeat.interval.ms": "500",
@@ -58,6 +60,19 @@ def set_group_configs(kafka: BrokerProcess, group_id: str, **configs: str) -> No
     finally:
         admin.close()
     assert result == {"group": {group_id: "OK"}}, result
+
+
+def share_start_offset(kafka: BrokerProcess, group_id: str, topic: str, partition: int = 0) -> int:
+    """DescribeShareGroupOffsets (raw: no Python client has it) of one share-partition."""
+    R = M.DescribeShareGroupOffsetsRequest
+    c = RawClient(kafka.port, "compat-check")
+    try:
+        response = c.call(90, 1, R(groups=[R.DescribeShareGroupOffsetsRequestGroup(
+            group_id=group_id, topics=[R.DescribeShareGroupOffsetsRequestTopic(topic_name=topic,
+                                                                                partitions=[partition])])]))
+    finally:
+        c.close()
+    return int(response.groups[0].topics[0].partitions[0].start_offset)
 
 
 def share_consumer(kafka: BrokerProcess, group_id: str, made: list[ShareConsumer], topic: str,
@@ -255,6 +270,86 @@ def test_reject_is_never_redelivered(kafka: BrokerProcess, topic_name: str, grou
     assert poll_until(c, 1, timeout=3) == []
     other = share_consumer(kafka, group_id, consumers, topic_name)
     assert poll_until(other, 1, timeout=3) == []
+
+
+def test_dead_letter_queue_contents_and_headers(kafka: BrokerProcess, topic_name: str, group_id: str,
+                                                consumers: list[ShareConsumer]) -> None:
+    """KIP-1191: rejected records and records out of deliveries land in the group's DLQ topic (made
+    with confluent-kafka's admin) with the __dlq.errors.* headers, read back by a classic consumer."""
+    dlq = "dlq." + topic_name
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    created = admin.create_topics([NewTopic(dlq, 2, config={"errors.deadletterqueue.group.enable": "true"})])
+    created[dlq].result(10)
+    create_topic(kafka, topic_name, 2)
+    set_group_configs(kafka, group_id, **{"share.auto.offset.reset": "earliest", "share.delivery.count.limit": "2",
+                                          "errors.deadletterqueue.topic.name": dlq,
+                                          "errors.deadletterqueue.copy.record.enable": "true"})
+    produce(kafka, topic_name, 4, partitions=2)  # v0, v2 in partition 0; v1, v3 in partition 1
+    c = share_consumer(kafka, group_id, consumers, topic_name, explicit=True)
+
+    def reject_even_release_odd(consumer: ShareConsumer, m: Any) -> None:
+        odd = int(m.value()[1:]) % 2
+        consumer.acknowledge(m, AcknowledgeType.RELEASE if odd else AcknowledgeType.REJECT)
+
+    got = poll_until(c, 6, on_message=reject_even_release_odd, timeout=30)  # v1, v3 come back once
+    c.commit_sync(10)
+    assert sorted((p, o, dc) for p, o, dc in got) == [(0, 0, 1), (0, 1, 1), (1, 0, 1), (1, 0, 2), (1, 1, 1), (1, 1, 2)]
+
+    reader = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": group_id + "-reader",
+                       "auto.offset.reset": "earliest"})
+    try:
+        reader.subscribe([dlq])
+        letters: list[Any] = []
+        deadline = time.monotonic() + 30
+        while len(letters) < 4 and time.monotonic() < deadline:
+            m = reader.poll(0.5)
+            if m is not None and m.error() is None:
+                letters.append(m)
+    finally:
+        reader.close()
+    seen = {}
+    for m in letters:
+        h = {k: v.decode() for k, v in m.headers()}
+        seen[m.value()] = (m.partition(), h["__dlq.errors.topic"], h["__dlq.errors.partition"],
+                           h["__dlq.errors.offset"], h["__dlq.errors.group"], h["__dlq.errors.delivery.count"],
+                           h["__dlq.errors.message"])
+    rejected, exceeded = "Offset rejected by client.", "Offset delivery count exceeded the threshold."
+    assert seen == {
+        b"v0": (0, topic_name, "0", "0", group_id, "1", rejected),
+        b"v2": (0, topic_name, "0", "1", group_id, "1", rejected),
+        b"v1": (1, topic_name, "1", "0", group_id, "2", exceeded),
+        b"v3": (1, topic_name, "1", "1", group_id, "2", exceeded),
+    }
+
+
+def test_read_committed_skips_aborted_transactions(kafka: BrokerProcess, topic_name: str, group_id: str,
+                                                    consumers: list[ShareConsumer]) -> None:
+    create_topic(kafka, topic_name, 1)
+    set_group_configs(kafka, group_id, **{"share.auto.offset.reset": "earliest",
+                                          "share.isolation.level": "read_committed"})
+    p = Producer({"bootstrap.servers": kafka.bootstrap, "transactional.id": "tx-" + group_id})
+    p.init_transactions(10)
+    for i, commit in enumerate([False, True, False, True]):
+        p.begin_transaction()
+        for j in range(3):
+            p.produce(topic_name, value=b"%s-%d-%d" % (b"ok" if commit else b"no", i, j), partition=0)
+        p.flush(10)  # in the log before the abort (librdkafka drops what it has not sent)
+        if commit:
+            p.commit_transaction(10)
+        else:
+            p.abort_transaction(10)
+    c = share_consumer(kafka, group_id, consumers, topic_name)
+    values: list[bytes] = []
+    deadline = time.monotonic() + 20
+    while len(values) < 6 and time.monotonic() < deadline:
+        values.extend(m.value() for m in c.poll(0.5) if m.error() is None)
+    time.sleep(1)
+    values.extend(m.value() for m in c.poll(0.5) if m.error() is None)
+    assert sorted(values) == sorted(b"ok-%d-%d" % (i, j) for i in (1, 3) for j in range(3))
+    c.commit_sync(10)
+    # the aborted records were archived by the broker (never handed out), the rest acknowledged:
+    # the share-partition start offset reaches the log end (16: four transactions and their markers)
+    wait_for(lambda: share_start_offset(kafka, group_id, topic_name) == 16, 10, what="everything done")
 
 
 def test_group_configs_with_kafka_python(kafka: BrokerProcess, group_id: str) -> None:

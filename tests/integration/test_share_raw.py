@@ -15,8 +15,15 @@ import pytest
 
 from protocol import messages as M
 from protocol.errors import ErrorCode
-from tests.harness import RawClient
-from tests.integration.test_server_support import BrokerThread, batch, metadata, produce
+from tests.harness import RawClient, wait_for
+from tests.integration.test_server_support import (
+    BrokerThread,
+    batch,
+    fetch_one,
+    metadata,
+    produce,
+    records_of,
+)
 
 E = ErrorCode
 SHARE_HEARTBEAT, SHARE_DESCRIBE, SHARE_FETCH, SHARE_ACK = 76, 77, 78, 79
@@ -237,6 +244,46 @@ def test_max_records_is_bounded_by_the_record_locks(broker: BrokerThread, client
     assert response.error_code == 0
     got = acquired(response)
     assert sum(last - first + 1 for first, last, _ in got) == 100 and got[0][0] == 0
+
+
+def test_the_dead_letter_queue(broker: BrokerThread, client: RawClient) -> None:
+    s = Share(broker, client, records=4)
+    dlq = "dlq.%s" % s.topic
+    broker.create_topic(dlq, 1, {"errors.deadletterqueue.group.enable": "true"})
+    s.set_configs(**{"errors.deadletterqueue.topic.name": dlq, "errors.deadletterqueue.copy.record.enable": "true",
+                     "share.delivery.count.limit": "2"})
+    s.join()
+    assert acquired(s.fetch(0, [0])) == [(0, 3, 1)]
+    # 0-1 rejected, 2-3 released; released again they run out of deliveries
+    assert partition_of(s.acknowledge(1, {0: [ack_batch(0, 1, 3), ack_batch(2, 3, 2)]})).error_code == 0
+    assert acquired(s.fetch(2, [0])) == [(2, 3, 2)]
+    assert partition_of(s.acknowledge(3, {0: [ack_batch(2, 3, 2)]})).error_code == 0
+
+    def dead_letters() -> list[Any]:
+        return records_of(fetch_one(client, dlq, 0, 0).records)
+
+    got = wait_for(lambda: len(dead_letters()) == 4 and dead_letters(), 10, what="four dead letters")
+    headers = [{k: bytes(v).decode() for k, v in r.headers} for r in got]
+    assert [bytes(r.value) for r in got] == [b"v0", b"v1", b"v2", b"v3"]
+    assert [(h["__dlq.errors.offset"], h["__dlq.errors.delivery.count"], h["__dlq.errors.message"]) for h in headers] == [
+        ("0", "1", "Offset rejected by client."), ("1", "1", "Offset rejected by client."),
+        ("2", "2", "Offset delivery count exceeded the threshold."),
+        ("3", "2", "Offset delivery count exceeded the threshold.")]
+    assert {(h["__dlq.errors.topic"], h["__dlq.errors.partition"], h["__dlq.errors.group"]) for h in headers} == {
+        (s.topic, "0", s.group)}
+    wait_for(lambda: offsets_of(s.describe_offsets())[(s.topic, 0)] == (4, 0), 10, what="all archived")
+
+
+def test_a_dead_letter_queue_that_cannot_be_written_archives_the_records(broker: BrokerThread,
+                                                                         client: RawClient) -> None:
+    s = Share(broker, client, records=2)
+    missing = "dlq.missing-%s" % s.topic  # not there, and the cluster does not create it
+    s.set_configs(**{"errors.deadletterqueue.topic.name": missing})
+    s.join()
+    assert acquired(s.fetch(0, [0])) == [(0, 1, 1)]
+    assert partition_of(s.acknowledge(1, {0: [ack_batch(0, 1, 3)]})).error_code == 0
+    wait_for(lambda: offsets_of(s.describe_offsets())[(s.topic, 0)] == (2, 0), 10, what="archived anyway")
+    assert metadata(client, [missing], allow_auto=False).topics[0].error_code == E.UNKNOWN_TOPIC_OR_PARTITION
 
 
 def test_fetching_an_unknown_topic_id_or_partition(broker: BrokerThread, client: RawClient) -> None:
