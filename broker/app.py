@@ -42,6 +42,7 @@ from broker.server import KafkaServer
 from broker.share.dlq import DeadLetterQueue, DlqSettings
 from broker.share.engine import ShareSettings
 from broker.share.manager import ShareGroupSettings, SharePartitionManager
+from broker.share.metrics import ShareMetricsCollector
 from broker.share_dlq import BrokerDlqCluster
 from broker.state_metrics import BrokerStateCollector
 from broker.telemetry import ClientTelemetry
@@ -147,6 +148,7 @@ class Broker:
         self.txn_coordinator: TransactionCoordinator = None  # type: ignore[assignment]  # set in start()
         self.share_coordinator: ShareCoordinator = None  # type: ignore[assignment]  # set in start()
         self.share_manager: SharePartitionManager = None  # type: ignore[assignment]  # set in start()
+        self._share_metrics: ShareMetricsCollector | None = None
         # every group's effective settings: its group configs (in the metadata) over ours
         self.group_configs = GroupConfigs(
             self.config.get, lambda group_id: self.metadata.image.resource_configs[RESOURCE_GROUP].get(group_id, {}))
@@ -312,6 +314,13 @@ class Broker:
             self.share_coordinator, self._share_partition, self.share_group_settings, AsyncioClock(),
             max_sessions=int(self.config["group.share.max.share.sessions"]), dead_letters=self.dead_letter_queue.write)
         self.group_coordinator.delete_share_state = self._delete_share_state
+        if self._share_metrics is None:  # registered once (a broker restarted in-process keeps its registry)
+            self._share_metrics = ShareMetricsCollector(
+                self.share_manager, lambda: self.group_coordinator.share_group_states(),
+                lambda topic_id: getattr(self.metadata.topic_by_id(topic_id), "name", None))
+            self.metrics.registry.register(self._share_metrics)
+        else:
+            self._share_metrics.manager = self.share_manager
 
     def _share_partition(self, topic_id: uuid.UUID, index: int) -> Any:
         topic = self.metadata.topic_by_id(topic_id)

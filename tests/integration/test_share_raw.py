@@ -398,3 +398,24 @@ def test_share_version_zero_turns_the_share_apis_off(broker: BrokerThread, clien
     finally:
         set_level(1, 1)
     assert s.heartbeat().error_code == 0
+
+
+def test_share_metrics(broker: BrokerThread, client: RawClient) -> None:
+    s = Share(broker, client, records=5)
+    s.join()
+    assert acquired(s.fetch(0, [0])) == [(0, 4, 1)]
+    assert partition_of(s.acknowledge(1, {0: [ack_batch(0, 1), ack_batch(2, 2, 2)]})).error_code == 0
+
+    async def scrape() -> str:
+        from prometheus_client import generate_latest
+
+        return generate_latest(broker.broker.metrics.registry).decode()
+
+    text = broker.call(scrape())
+    labels = '{group="%s",partition="0",topic="%s"}' % (s.group, s.topic)
+    assert "kafka_share_start_offset%s 2.0" % labels in text
+    assert "kafka_share_in_flight_records%s 3.0" % labels in text  # 2-4: 2 released, 3-4 acquired
+    assert "kafka_share_lag%s 3.0" % labels in text
+    assert 'kafka_share_groups{state="Stable"}' in text
+    for counter in ("acquired", "acknowledged", "released", "lock_expired", "archived", "dead_lettered"):
+        assert "kafka_share_records_%s_total " % counter in text
