@@ -107,14 +107,22 @@ async def handle_describe_share_group_offsets(ctx: Any, request: Any) -> Any:
 
 
 # ----- AlterShareGroupOffsets --------------------------------------------------------------
+def _refused(ctx: Any, group_id: str) -> KafkaError | None:
+    """Why an alter or delete is refused before the group is looked at (share.version, group id)."""
+    if not share_groups_enabled(ctx):
+        return UNSUPPORTED
+    if not group_id:
+        return KafkaError(E.INVALID_GROUP_ID, "The group id is invalid.")
+    return None
+
+
 @api(91)
 async def handle_alter_share_group_offsets(ctx: Any, request: Any) -> Any:
     broker = ctx.broker
     group_id = request.group_id
-    if not share_groups_enabled(ctx):
-        return AR(error_code=UNSUPPORTED.code, error_message=UNSUPPORTED.message, responses=[])
-    if not group_id:
-        return AR(error_code=E.INVALID_GROUP_ID, error_message="The group id is invalid.", responses=[])
+    refused = _refused(ctx, group_id)
+    if refused is not None:
+        return AR(error_code=refused.code, error_message=refused.message, responses=[])
     errors: list[Any] = []
     known = []
     for t in request.topics:
@@ -152,10 +160,9 @@ async def handle_alter_share_group_offsets(ctx: Any, request: Any) -> Any:
 async def handle_delete_share_group_offsets(ctx: Any, request: Any) -> Any:
     broker = ctx.broker
     group_id = request.group_id
-    if not share_groups_enabled(ctx):
-        return XR(error_code=UNSUPPORTED.code, error_message=UNSUPPORTED.message, responses=[])
-    if not group_id:
-        return XR(error_code=E.INVALID_GROUP_ID, error_message="The group id is invalid.", responses=[])
+    refused = _refused(ctx, group_id)
+    if refused is not None:
+        return XR(error_code=refused.code, error_message=refused.message, responses=[])
     coordinator = coordinator_of(ctx)
     try:
         result = await coordinator.initiate_delete_share_group_offsets(group_id, request)

@@ -27,7 +27,7 @@ import bisect
 import enum
 import heapq
 import itertools
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -610,36 +610,26 @@ class SharePartition:
 
     def archived(self, first: int, last: int) -> Transition:
         """Records first..last reached the dead-letter queue (or were given up on): ARCHIVED."""
-        t = Transition("archive")
-        floor = self._floor(first)
-        for batch in self._between(floor.first if floor is not None else first, last):
-            if batch.offsets is None and not (batch.first >= first and batch.last <= last):
-                whole = batch.whole
-                assert whole is not None
-                if whole.state is not S.ARCHIVING or whole.pending is not None:
-                    continue
-                batch.split()
-            for lo, hi, st in batch.states():
-                if lo >= first and hi <= last and st.state is S.ARCHIVING and st.pending is None:
-                    st.start(S.ARCHIVED, st.delivery_count)
-                    t.add(lo, hi, st, batch)
-        return t
+        return self._archive(first, last, lambda st: st.state is S.ARCHIVING)
 
     def archive_acquired(self, member_id: str, first: int, last: int) -> Transition:
         """Records just acquired by the member that belong to aborted transactions (read_committed):
         ARCHIVED, never delivered (Kafka's maybeFilterAbortedTransactionalAcquiredRecords)."""
+        return self._archive(first, last, lambda st: st.state is S.ACQUIRED and st.member_id == member_id)
+
+    def _archive(self, first: int, last: int, eligible: Callable[[InFlightState], bool]) -> Transition:
+        """Start ARCHIVED for the records first..last that are `eligible` and not in a transition."""
         t = Transition("archive")
         floor = self._floor(first)
         for batch in self._between(floor.first if floor is not None else first, last):
             if batch.offsets is None and not (batch.first >= first and batch.last <= last):
                 whole = batch.whole
                 assert whole is not None
-                if whole.state is not S.ACQUIRED or whole.pending is not None:
+                if not eligible(whole) or whole.pending is not None:
                     continue
                 batch.split()
             for lo, hi, st in batch.states():
-                if (lo >= first and hi <= last and st.state is S.ACQUIRED and st.member_id == member_id
-                        and st.pending is None):
+                if lo >= first and hi <= last and eligible(st) and st.pending is None:
                     st.start(S.ARCHIVED, st.delivery_count)
                     t.add(lo, hi, st, batch)
         return t

@@ -132,20 +132,24 @@ class GroupCoordinator:
                 error_code=_code(exc), error_message=exc.message if isinstance(exc, KafkaError) else None)
 
     async def consumer_group_describe(self, group_ids: list[str]) -> list[Any]:
-        R = M.ConsumerGroupDescribeResponse
+        return await self._describe(group_ids, M.ConsumerGroupDescribeResponse.DescribedGroup,
+                                    lambda s, ids: s.consumer_group_describe(ids), "consumer-group-describe")
 
+    async def _describe(self, group_ids: list[str], described: Any,
+                        read: Callable[[GroupCoordinatorShard, list[str]], list[Any]], name: str) -> list[Any]:
+        """ConsumerGroupDescribe / ShareGroupDescribe: each shard describes its groups (a failing
+        shard's groups get its error), an empty group id is INVALID_GROUP_ID."""
         async def one(partition: int, ids: list[str]) -> list[Any]:
             try:
-                result: list[Any] = await self.runtime.read(
-                    partition, lambda s: s.consumer_group_describe(ids), "consumer-group-describe")
+                result: list[Any] = await self.runtime.read(partition, lambda s: read(s, ids), name)
                 return result
             except Exception as exc:
-                return [R.DescribedGroup(group_id=g, error_code=_code(exc)) for g in ids]
+                return [described(group_id=g, error_code=_code(exc)) for g in ids]
 
         valid = [g for g in group_ids if g]
         parts = await asyncio.gather(*(one(p, ids) for p, ids in self._by_partition(valid).items()))
         by_id = {d.group_id: d for part in parts for d in part}
-        return [by_id[g] if g else R.DescribedGroup(group_id="", error_code=E.INVALID_GROUP_ID) for g in group_ids]
+        return [by_id[g] if g else described(group_id="", error_code=E.INVALID_GROUP_ID) for g in group_ids]
 
     # ----- share groups -------------------------------------------------------------------
     async def share_group_heartbeat(self, request: Any, info: RequestInfo) -> Any:
@@ -159,20 +163,8 @@ class GroupCoordinator:
                 error_code=_code(exc), error_message=exc.message if isinstance(exc, KafkaError) else None)
 
     async def share_group_describe(self, group_ids: list[str]) -> list[Any]:
-        R = M.ShareGroupDescribeResponse
-
-        async def one(partition: int, ids: list[str]) -> list[Any]:
-            try:
-                result: list[Any] = await self.runtime.read(
-                    partition, lambda s: s.share_group_describe(ids), "share-group-describe")
-                return result
-            except Exception as exc:
-                return [R.DescribedGroup(group_id=g, error_code=_code(exc)) for g in ids]
-
-        valid = [g for g in group_ids if g]
-        parts = await asyncio.gather(*(one(p, ids) for p, ids in self._by_partition(valid).items()))
-        by_id = {d.group_id: d for part in parts for d in part}
-        return [by_id[g] if g else R.DescribedGroup(group_id="", error_code=E.INVALID_GROUP_ID) for g in group_ids]
+        return await self._describe(group_ids, M.ShareGroupDescribeResponse.DescribedGroup,
+                                    lambda s, ids: s.share_group_describe(ids), "share-group-describe")
 
     async def share_group(self, group_id: str) -> ShareGroup | None:
         """The share group (its durable state), or None; raises KafkaError (coordinator errors)."""
