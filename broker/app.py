@@ -601,7 +601,22 @@ class Broker:
         await self.partitions.remove_topic(name)
         log.info("topic deleted", topic=name)
         await self._topics_changed(deleted={name})
+        await self._share_topic_deleted(info.topic_id)
         return info
+
+    async def _share_topic_deleted(self, topic_id: uuid.UUID) -> None:
+        """The share state of a deleted topic goes (Kafka's share coordinator and group coordinator
+        clean up after a topic deletion)."""
+        if self.share_coordinator is None:
+            return
+        try:
+            keys = await self.share_coordinator.topic_keys(topic_id)
+            if keys:
+                await self.share_coordinator.delete_state(keys)
+                self.share_manager.drop(keys)
+            await self.group_coordinator.share_topics_deleted({topic_id})
+        except KafkaError as exc:
+            log.warning("share state of a deleted topic not cleaned up", topic_id=str(topic_id), error=repr(exc))
 
     async def create_partitions(self, name: str, total: int, validate_only: bool = False) -> TopicInfo:
         info = self.metadata.topic(name)

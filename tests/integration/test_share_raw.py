@@ -419,3 +419,17 @@ def test_share_metrics(broker: BrokerThread, client: RawClient) -> None:
     assert 'kafka_share_groups{state="Stable"}' in text
     for counter in ("acquired", "acknowledged", "released", "lock_expired", "archived", "dead_lettered"):
         assert "kafka_share_records_%s_total " % counter in text
+
+
+def test_a_deleted_topic_takes_its_share_state_along(broker: BrokerThread, client: RawClient) -> None:
+    s = Share(broker, client, records=3)
+    s.join()
+    assert acquired(s.fetch(0, [0])) == [(0, 2, 1)]
+    assert partition_of(s.acknowledge(1, {0: [ack_batch(0, 1)]})).error_code == 0
+    coordinator = broker.broker.share_coordinator
+    assert broker.call(coordinator.topic_keys(s.topic_id)) == [(s.group, s.topic_id, 0)]
+    R = M.DeleteTopicsRequest
+    deleted = client.call(20, 6, R(topics=[R.DeleteTopicState(name=s.topic)], timeout_ms=10000))
+    assert deleted.responses[0].error_code == 0
+    assert broker.call(coordinator.topic_keys(s.topic_id)) == []
+    assert s.describe_offsets().topics == []  # no longer an initialized share-partition of the group

@@ -205,6 +205,12 @@ class GroupCoordinator:
             lambda s, now: CoordinatorResult(records=share_admin.complete_delete(s.groups, group_id, deleted)),
             "complete-delete-share-group-offsets")
 
+    async def share_topics_deleted(self, topic_ids: set[uuid.UUID]) -> None:
+        """Deleted topics leave the share groups' share-partition metadata (every loaded shard)."""
+        await asyncio.gather(*(self.runtime.write(
+            p, lambda s, now: CoordinatorResult(records=share_admin.forget_topics(s.groups, topic_ids)),
+            "share-topics-deleted") for p in self.runtime.active_partitions()))
+
     async def initialized_share_partitions(self, group_id: str) -> dict[uuid.UUID, list[int]]:
         result: dict[uuid.UUID, list[int]] = await self.runtime.read(
             self.partition_for(group_id), lambda s: share_admin.initialized_partitions(s.groups, group_id),

@@ -135,6 +135,22 @@ def complete_delete(groups: dict[str, Any], group_id: str, deleted: list[uuid.UU
     return [state_partition_metadata_record(group_id, group.initializing, group.initialized, deleting)]
 
 
+def forget_topics(groups: dict[str, Any], topic_ids: set[uuid.UUID]) -> list[Record]:
+    """Deleted topics leave every share group's initializing, initialized and deleting sets (Kafka's
+    maybeCleanupShareGroupState; the share coordinator deletes their state)."""
+    records: list[Record] = []
+    for group in groups.values():
+        if not isinstance(group, ShareGroup):
+            continue
+        if not topic_ids & (group.initializing.keys() | group.initialized.keys() | group.deleting.keys()):
+            continue
+        records.append(state_partition_metadata_record(
+            group.group_id, {t: v for t, v in group.initializing.items() if t not in topic_ids},
+            {t: v for t, v in group.initialized.items() if t not in topic_ids},
+            {t: n for t, n in group.deleting.items() if t not in topic_ids}))
+    return records
+
+
 def initialized_partitions(groups: dict[str, Any], group_id: str) -> dict[uuid.UUID, list[int]]:
     """The share-partitions whose state is initialized (none for an unknown group, as Kafka)."""
     group = groups.get(group_id)
@@ -143,5 +159,5 @@ def initialized_partitions(groups: dict[str, Any], group_id: str) -> dict[uuid.U
     return {t: sorted(ps) for t, (_, ps) in group.initialized.items()}
 
 
-__all__ = ["AlterResult", "DeleteResult", "alter_offsets", "complete_delete", "initialized_partitions",
+__all__ = ["AlterResult", "DeleteResult", "alter_offsets", "complete_delete", "forget_topics", "initialized_partitions",
            "initiate_delete", "share_group_or_raise"]

@@ -114,9 +114,17 @@ class ShareCoordinator:
 
     async def group_keys(self, group_id: str) -> list[ShareKey]:
         """Every share-partition of the group that has state (from all partitions)."""
+        return await self._keys(lambda k: k[0] == group_id)
+
+    async def topic_keys(self, topic_id: uuid.UUID) -> list[ShareKey]:
+        """Every share-partition of the topic that has state, of any group."""
+        return await self._keys(lambda k: k[1] == topic_id)
+
+    async def _keys(self, select: Callable[[ShareKey], bool]) -> list[ShareKey]:
         async def one(p: int) -> list[ShareKey]:
             try:
-                keys: list[ShareKey] = await self.runtime.read_now(p, lambda s: s.group_keys(group_id), "group-keys")
+                keys: list[ShareKey] = await self.runtime.read_now(
+                    p, lambda s: [k for k in s.states if select(k)], "share-keys")
                 return keys
             except KafkaError:
                 return []

@@ -180,8 +180,5 @@ class ShareCoordinatorShard:
     def read_state(self, key: ShareKey) -> ShareGroupOffset | None:
         return self.states.get(key)
 
-    def group_keys(self, group_id: str) -> list[ShareKey]:
-        return [k for k in self.states if k[0] == group_id]
-
 
 __all__ = ["UNINITIALIZED_START_OFFSET", "ShareCoordinatorShard", "WriteState"]
