@@ -15,6 +15,7 @@ finalized share.version is 0.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterable
 from typing import Any
@@ -190,6 +191,8 @@ async def handle_share_fetch(ctx: Any, request: Any) -> Any:
         session = manager.sessions.fetch(group_id, member_id, epoch, dict.fromkeys(wanted), forget, acknowledging,
                                          ctx.connection)
     except KafkaError as exc:
+        if exc.code == E.SHARE_SESSION_LIMIT_REACHED:
+            await asyncio.sleep(max(request.max_wait_ms, 0) / 1000)  # as Kafka: answered after MaxWaitMs
         return failed(exc.code, exc.message)
     if epoch == INITIAL_EPOCH:
         _watch_connection(ctx, manager)
