@@ -145,6 +145,24 @@ def partitions_by_topic(assignment: Assignment) -> PartitionsByTopic:
 
 # ----- members ---------------------------------------------------------------------------
 @dataclass(frozen=True)
+class PartitionCheck:
+    """The partitions a member committing with an older epoch may commit (KIP-1251)."""
+
+    member: ConsumerGroupMember
+    epoch: int
+
+    def error(self, topic_id: uuid.UUID | None, partition: int) -> KafkaError | None:
+        assigned_at = self.member.assignment_epoch(topic_id, partition) if topic_id is not None else None
+        if assigned_at is None:
+            return KafkaError(ErrorCode.STALE_MEMBER_EPOCH, "Partition %s-%d is not assigned or pending revocation "
+                              "for member." % (topic_id, partition))
+        if self.epoch < assigned_at:
+            return KafkaError(ErrorCode.STALE_MEMBER_EPOCH, "Received member epoch %d is older than assignment epoch "
+                              "%d for partition %s-%d." % (self.epoch, assigned_at, topic_id, partition))
+        return None
+
+
+@dataclass(frozen=True)
 class ConsumerGroupMember:
     """A member; immutable: handlers build the next version with dataclasses.replace."""
 
@@ -163,6 +181,16 @@ class ConsumerGroupMember:
     assigned: Assignment = field(default_factory=dict)
     pending_revocation: Assignment = field(default_factory=dict)
     classic: ClassicProtocolMetadata | None = None  # set for a member that joined with JoinGroup
+    # KIP-1251 (Kafka 4.3): the member epoch at which each partition it holds (assigned or pending
+    # revocation) was assigned to it; a partition missing here counts as assigned at member_epoch
+    assignment_epochs: Mapping[uuid.UUID, Mapping[int, int]] = field(default_factory=dict)
+
+    def assignment_epoch(self, topic_id: uuid.UUID, partition: int) -> int | None:
+        """The epoch the member was given the partition at, None if it does not hold it."""
+        if partition not in self.assigned.get(topic_id, ()) and partition not in self.pending_revocation.get(
+                topic_id, ()):
+            return None
+        return self.assignment_epochs.get(topic_id, {}).get(partition, self.member_epoch)
 
     @property
     def uses_classic_protocol(self) -> bool:
@@ -183,6 +211,7 @@ class ConsumerGroupMember:
             group_id, self.member_id, member_epoch=self.member_epoch, previous_member_epoch=self.previous_member_epoch,
             state=int(self.state), assigned=partitions_by_topic(self.assigned),
             pending_revocation=partitions_by_topic(self.pending_revocation),
+            epoch_of=lambda t, p: self.assignment_epochs.get(t, {}).get(p, self.member_epoch),
         )
 
 
@@ -347,14 +376,22 @@ class ConsumerGroup:
 
     # ----- offsets, deletion --------------------------------------------------------------
     def validate_offset_commit(self, member_id: str, instance_id: str | None, member_epoch: int,
-                               api_version: int) -> None:
+                               api_version: int) -> PartitionCheck | None:
+        """Kafka 4.3's rule (KIP-1251): a consumer-protocol member may commit with an older epoch
+        than its own for the partitions it held at that epoch already (a commit from the revocation
+        callback, or one in flight while a heartbeat moved the member on); the returned check
+        (None: every partition passes) fails the others with STALE_MEMBER_EPOCH. A newer epoch
+        fails the whole request; classic members need their exact generation."""
         if member_epoch < 0 and not self.members:
-            return  # the admin client, or a consumer outside group management
+            return None  # the admin client, or a consumer outside group management
         member = self.member_or_raise(member_id)
         if not member.uses_classic_protocol and api_version < 9:
             raise KafkaError(ErrorCode.UNSUPPORTED_VERSION,
                              "OffsetCommit version 9 or above must be used by members using the modern group protocol")
-        self._validate_member_epoch(member, member_epoch)
+        if member.uses_classic_protocol or member_epoch >= member.member_epoch:
+            self._validate_member_epoch(member, member_epoch)
+            return None
+        return PartitionCheck(member, member_epoch)
 
     def validate_offset_fetch(self, member_id: str | None, member_epoch: int) -> None:
         if member_id is None and member_epoch < 0:
@@ -512,12 +549,20 @@ def _replay_current_assignment(group: ConsumerGroup, member_id: str, value: Any)
         if old is not None:
             group.update_member(dataclasses.replace(
                 old, member_epoch=LEAVE_GROUP_MEMBER_EPOCH, previous_member_epoch=LEAVE_GROUP_MEMBER_EPOCH,
-                assigned=EMPTY, pending_revocation=EMPTY))
+                assigned=EMPTY, pending_revocation=EMPTY, assignment_epochs={}))
         return
+    epochs: dict[uuid.UUID, dict[int, int]] = {}
+    for tp in [*value.assigned_partitions, *value.partitions_pending_revocation]:
+        given = tp.assignment_epochs
+        # records written before KIP-1251 (or by a coordinator without it) have none: the member epoch
+        for i, p in enumerate(tp.partitions):
+            epochs.setdefault(tp.topic_id, {})[p] = (
+                given[i] if given is not None and i < len(given) else value.member_epoch)
     group.update_member(dataclasses.replace(
         old or ConsumerGroupMember(member_id),
         member_epoch=value.member_epoch, previous_member_epoch=value.previous_member_epoch,
         state=MemberState.from_value(value.state),
         assigned=assignment_of((tp.topic_id, tp.partitions) for tp in value.assigned_partitions),
         pending_revocation=assignment_of((tp.topic_id, tp.partitions) for tp in value.partitions_pending_revocation),
+        assignment_epochs=epochs,
     ))

@@ -15,11 +15,13 @@ not expire.
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Callable
 from typing import Any
 
 from broker.coordinator.group.classic import ClassicGroup, GroupState
 from broker.coordinator.group.config import GroupCoordinatorConfig
-from broker.coordinator.group.consumer import ConsumerGroup
+from broker.coordinator.group.consumer import ConsumerGroup, PartitionCheck
 from broker.coordinator.group.membership import ClassicGroupManager
 from broker.coordinator.group.records import (
     OffsetAndMetadata,
@@ -106,6 +108,9 @@ class OffsetManager:
         self.pending: dict[int, dict[str, dict[tuple[str, int], PendingOffset]]] = {}
         self.open_transactions: dict[str, set[int]] = {}  # group -> producer ids with pending offsets
         self.markers: dict[int, int] = {}  # producer id -> markers replayed (TxnOffsetCommit's guard)
+        # a topic's id by its name (the shard sets it from the topic metadata): KIP-1251's check
+        # of a commit by topic name against an assignment kept by topic id
+        self.topic_id_of: Callable[[str], uuid.UUID | None] = lambda name: None
 
     # ----- replay -------------------------------------------------------------------------
     def replay(self, group_id: str, topic: str, partition: int, om: OffsetAndMetadata | None) -> None:
@@ -162,7 +167,7 @@ class OffsetManager:
     def commit_offsets(self, request: Any, api_version: int, now: int) -> CoordinatorResult[Any]:
         """request: an OffsetCommitRequest whose topics carry names (the API layer resolves v10
         topic ids). A group-level failure raises KafkaError (every partition gets its code)."""
-        self._validate_commit(request, api_version)
+        check = self._validate_commit(request, api_version)
         group_id = request.group_id
         expire = None if request.retention_time_ms == -1 else now + request.retention_time_ms
         max_metadata = self.config.offset_metadata_max_bytes
@@ -172,7 +177,14 @@ class OffsetManager:
         for topic in request.topics:
             name = topic.name
             partitions = []
+            topic_id = topic.topic_id if check is not None and topic.topic_id.int else None
+            if check is not None and topic_id is None:
+                topic_id = self.topic_id_of(name)
             for p in topic.partitions:
+                stale = check.error(topic_id, p.partition_index) if check is not None else None
+                if stale is not None:
+                    partitions.append(Partition(partition_index=p.partition_index, error_code=stale.code))
+                    continue
                 metadata = p.committed_metadata
                 if metadata is not None and len(metadata) > max_metadata:
                     partitions.append(Partition(partition_index=p.partition_index,
@@ -195,26 +207,28 @@ class OffsetManager:
                 name=name, topic_id=topic.topic_id, partitions=partitions))
         return CoordinatorResult(records=records, response=M.OffsetCommitResponse(topics=topics), replay=False)
 
-    def _validate_commit(self, request: Any, api_version: int) -> None:
+    def _validate_commit(self, request: Any, api_version: int) -> PartitionCheck | None:
+        """The group-level checks (KafkaError for the whole request); for a consumer-protocol member
+        committing with an older epoch, the per-partition check that follows (KIP-1251)."""
         if not request.group_id:
             raise KafkaError(E.INVALID_GROUP_ID)
         group = self.groups.get(request.group_id)
         generation = request.generation_id_or_member_epoch
         if group is None:
             if generation < 0:
-                return  # a simple group, created when the first record is replayed
+                return None  # a simple group, created when the first record is replayed
             # From OffsetCommit v9 an unknown group is GROUP_ID_NOT_FOUND; before, ILLEGAL_GENERATION.
             raise KafkaError(E.GROUP_ID_NOT_FOUND if api_version >= 9 else E.ILLEGAL_GENERATION)
         if isinstance(group, ConsumerGroup):
-            # KIP-848 members commit with their member epoch (STALE_MEMBER_EPOCH when it is not theirs).
-            group.validate_offset_commit(request.member_id, request.group_instance_id, generation, api_version)
-            return
+            # KIP-848 members commit with their member epoch, or an older one for partitions they held then
+            return group.validate_offset_commit(request.member_id, request.group_instance_id, generation, api_version)
         group.validate_offset_commit(request.member_id, request.group_instance_id, generation)
         # A commit from a member of a Stable (or rebalancing) group keeps its session alive.
         if group.in_state(GroupState.STABLE, GroupState.PREPARING_REBALANCE):
             member = group.members.get(request.member_id)
             if member is not None:
                 self.membership.reschedule_heartbeat(group, member)
+        return None
 
     # ----- TxnOffsetCommit ----------------------------------------------------------------
     def commit_transactional_offsets(self, request: Any, now: int, markers_seen: int) -> CoordinatorResult[Any]:
@@ -223,7 +237,7 @@ class OffsetManager:
         more since means the transaction ended meanwhile (Kafka's verification guard)."""
         if self.markers.get(request.producer_id, 0) != markers_seen:
             raise KafkaError(E.INVALID_TXN_STATE, "the transaction ended while the offsets were verified")
-        self._validate_transactional_commit(request)
+        check = self._validate_transactional_commit(request)
         group_id = request.group_id
         max_metadata = self.config.offset_metadata_max_bytes
         R = M.TxnOffsetCommitResponse
@@ -231,7 +245,13 @@ class OffsetManager:
         topics = []
         for topic in request.topics:
             partitions = []
+            topic_id = self.topic_id_of(topic.name) if check is not None else None
             for p in topic.partitions:
+                if check is not None and check.error(topic_id, p.partition_index) is not None:
+                    # TxnOffsetCommit has no STALE_MEMBER_EPOCH: Kafka answers ILLEGAL_GENERATION
+                    partitions.append(R.TxnOffsetCommitResponsePartition(
+                        partition_index=p.partition_index, error_code=E.ILLEGAL_GENERATION))
+                    continue
                 metadata = p.committed_metadata
                 if metadata is not None and len(metadata) > max_metadata:
                     partitions.append(R.TxnOffsetCommitResponsePartition(
@@ -247,7 +267,7 @@ class OffsetManager:
         return CoordinatorResult(records=records, response=R(topics=topics), replay=False,
                                  producer=(request.producer_id, request.producer_epoch))
 
-    def _validate_transactional_commit(self, request: Any) -> None:
+    def _validate_transactional_commit(self, request: Any) -> PartitionCheck | None:
         """KIP-447: a member's commit is checked against the group's generation and members."""
         if not request.group_id:
             raise KafkaError(E.INVALID_GROUP_ID)
@@ -255,15 +275,15 @@ class OffsetManager:
         generation = request.generation_id
         if group is None:
             if generation < 0:
-                return  # a simple group, created when the record is replayed
+                return None  # a simple group, created when the record is replayed
             raise KafkaError(E.ILLEGAL_GENERATION)
         if isinstance(group, ConsumerGroup):
             try:
-                group.validate_offset_commit(request.member_id, request.group_instance_id, generation, 9)
+                return group.validate_offset_commit(request.member_id, request.group_instance_id, generation, 9)
             except KafkaError as exc:
                 raise KafkaError(E.ILLEGAL_GENERATION) if exc.code is E.STALE_MEMBER_EPOCH else exc from None
-            return
         group.validate_offset_commit(request.member_id, request.group_instance_id, generation, transactional=True)
+        return None
 
     # ----- OffsetFetch --------------------------------------------------------------------
     def fetch_offsets(self, request: Any, require_stable: bool) -> Any:

@@ -137,7 +137,21 @@ def reconcile(
                                current_partition_epoch, owned)
     if nxt.state not in NEXT_STATES[state]:
         raise AssertionError("illegal member transition %s -> %s" % (state.name, nxt.state.name))
-    return nxt
+    return stamp_assignment_epochs(member, nxt)
+
+
+def stamp_assignment_epochs(before: ConsumerGroupMember, after: ConsumerGroupMember) -> ConsumerGroupMember:
+    """KIP-1251: a partition the member held already keeps the epoch it was given at (also once
+    pending revocation); a new one is given at the member's new epoch."""
+    if after is before:
+        return after
+    epochs: dict[uuid.UUID, dict[int, int]] = {}
+    for assignment in (after.assigned, after.pending_revocation):
+        for topic_id, partitions in assignment.items():
+            for p in partitions:
+                held_at = before.assignment_epoch(topic_id, p)
+                epochs.setdefault(topic_id, {})[p] = after.member_epoch if held_at is None else held_at
+    return dataclasses.replace(after, assignment_epochs=epochs)
 
 
 def _drop_unsubscribed(member: ConsumerGroupMember, subscribed: frozenset[uuid.UUID],

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import struct
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -285,12 +286,20 @@ def target_assignment_tombstone(group_id: str, member_id: str) -> Record:
 def current_assignment_record(
     group_id: str, member_id: str, *, member_epoch: int, previous_member_epoch: int, state: int,
     assigned: PartitionsByTopic, pending_revocation: PartitionsByTopic,
+    epoch_of: Callable[[uuid.UUID, int], int] | None = None,
 ) -> Record:
+    """epoch_of(topic id, partition): the epoch the member was given the partition at (KIP-1251's
+    AssignmentEpochs, aligned with the partitions); None leaves them out."""
     V = M.ConsumerGroupCurrentMemberAssignmentValue
+
+    def topic(t: uuid.UUID, ps: list[int]) -> Any:
+        epochs = None if epoch_of is None else [epoch_of(t, p) for p in ps]
+        return V.TopicPartitions(topic_id=t, partitions=ps, assignment_epochs=epochs)
+
     value = V(
         member_epoch=member_epoch, previous_member_epoch=previous_member_epoch, state=state,
-        assigned_partitions=[V.TopicPartitions(topic_id=t, partitions=ps) for t, ps in assigned],
-        partitions_pending_revocation=[V.TopicPartitions(topic_id=t, partitions=ps) for t, ps in pending_revocation],
+        assigned_partitions=[topic(t, ps) for t, ps in assigned],
+        partitions_pending_revocation=[topic(t, ps) for t, ps in pending_revocation],
     )
     return (_key(CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT,
                  M.ConsumerGroupCurrentMemberAssignmentKey(group_id=group_id, member_id=member_id)), _value(0, value))

@@ -62,6 +62,7 @@ class GroupCoordinatorShard:
         self.classic = ClassicGroupManager(self.groups, timer, self.config, new_uuid)
         self.offsets = OffsetManager(self.groups, self.classic, self.config)
         self.consumer = ConsumerGroupManager(self.groups, timer, self.config, metadata or StaticTopicMetadata())
+        self.offsets.topic_id_of = self._topic_id_of
         self.consumer.classic_members = ClassicMembers(self.consumer, self.classic)
         self.loaded = False  # on_loaded ran: what is replayed from now on happens now (metrics count it)
         self.consumer_rebalances = 0  # consumer group epochs bumped since loading (metrics)
@@ -147,6 +148,10 @@ class GroupCoordinatorShard:
         if isinstance(group, ConsumerGroup):
             return self._classic_members().heartbeat(group, request)
         return self.classic.heartbeat(request, now_ms)
+
+    def _topic_id_of(self, name: str) -> Any:
+        info = self.consumer.metadata.topic(name)
+        return info.topic_id if info is not None else None
 
     def release_heartbeat(self, group_id: str, member_id: str, now_ms: int) -> CoordinatorResult[Any]:
         """Answer the member's held heartbeat now (classic or consumer protocol)."""
