@@ -47,6 +47,7 @@ from broker.share_dlq import BrokerDlqCluster
 from broker.state_metrics import BrokerStateCollector
 from broker.telemetry import ClientTelemetry
 from broker.testing.faults import Faults
+from broker.testing.simulated import SimulatedCluster
 from broker.txn_markers import PartitionMarkerWriter
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import build_batch
@@ -161,6 +162,8 @@ class Broker:
         self.metrics.registry.register(self.faults)
         self.metrics.registry.register(BrokerStateCollector(self))
         self.http: HttpEndpoint | None = None  # /metrics and /faults on metrics.port
+        count = int(config["simulated.brokers"])
+        self.simulated = SimulatedCluster(self, count) if count > 1 else None  # answering as N brokers
         self.ports: list[int] = []
         self.listeners = build_listeners(config)  # checked and built before anything starts
         self.bound_ports: dict[str, int] = {}  # listener name -> bound port
@@ -199,6 +202,8 @@ class Broker:
             port = await self.server.listen(listener.host, listener.port, listener)
             self.ports.append(port)
             self.bound_ports[listener.name] = port
+        if self.simulated is not None:
+            await self.simulated.start()
         port = int(self.config["metrics.port"])
         if port >= 0:
             self.http = HttpEndpoint(self)
@@ -362,7 +367,9 @@ class Broker:
             return
         configs = {"cleanup.policy": "delete", "retention.ms": "-1", "compression.type": "producer",
                    "segment.bytes": str(self.config["share.coordinator.state.topic.segment.bytes"])}
-        await self.create_topic(SHARE_STATE_TOPIC, self.share_coordinator.runtime.num_partitions, configs)
+        await self.create_topic(SHARE_STATE_TOPIC, self.share_coordinator.runtime.num_partitions, configs,
+                                replication_factor=self._internal_replication(
+                                    "share.coordinator.state.topic.replication.factor"))
 
     async def ensure_offsets_topic(self) -> None:
         """Register `__consumer_offsets` in the metadata (Kafka creates it at the first
@@ -374,7 +381,8 @@ class Broker:
             "compression.type": "producer",
             "segment.bytes": str(self.config["offsets.topic.segment.bytes"]),
         }
-        await self.create_topic(OFFSETS_TOPIC, int(self.config["offsets.topic.num.partitions"]), configs)
+        await self.create_topic(OFFSETS_TOPIC, int(self.config["offsets.topic.num.partitions"]), configs,
+                                replication_factor=self._internal_replication("offsets.topic.replication.factor"))
 
     async def ensure_transaction_state_topic(self) -> None:
         """Register `__transaction_state` in the metadata (Kafka creates it at the first
@@ -387,7 +395,13 @@ class Broker:
             "segment.bytes": str(self.config["transaction.state.log.segment.bytes"]),
         }
         await self.create_topic(TRANSACTION_STATE_TOPIC, int(self.config["transaction.state.log.num.partitions"]),
-                                configs)
+                                configs,
+                                replication_factor=self._internal_replication("transaction.state.log.replication.factor"))
+
+    def _internal_replication(self, config_key: str) -> int:
+        if self.simulated is None:
+            return 1
+        return self.simulated.internal_replication(config_key)
 
     def _start_background(self) -> None:
         loop = asyncio.get_running_loop()
@@ -456,19 +470,54 @@ class Broker:
             self._advertised[listener] = (host, port)
         return host, port
 
-    # the cluster as clients see it -------------------------------------------------------------
-    def cluster_nodes(self) -> list[tuple[int, str, int]]:
-        """(node id, host, port) of every broker of the cluster: this one."""
-        host, port = self.advertised()
-        return [(self.node_id, host, port)]
+    # the cluster as clients see it (one node, or a simulated cluster) -----------------------------
+    def cluster_nodes(self, listener: str | None = None) -> list[tuple[int, str, int]]:
+        """(node id, host, port) of every live broker of the cluster, as `listener` advertises them."""
+        if self.simulated is None:
+            return [(self.node_id, *self.advertised(listener))]
+        return [(n, *self.simulated.address(n, listener)) for n in self.simulated.live_nodes()]
 
     def partition_layout(self, topic: str, partition: int) -> tuple[int, list[int], list[int]]:
-        """(leader, replicas, in-sync replicas) of a partition."""
+        """(leader (-1: none), replicas, in-sync replicas) of a partition."""
+        if self.simulated is not None:
+            return self.simulated.assignment(topic, partition)
         return self.node_id, [self.node_id], [self.node_id]
+
+    def offline_nodes(self) -> set[int]:
+        return set(self.simulated.down) if self.simulated is not None else set()
+
+    def coordinator_node(self, key_type: int, key: str, listener: str | None = None) -> tuple[int, str, int] | None:
+        """(node id, host, port) of the coordinator of a group id, transactional id or share
+        partition (key type 0, 1, 2) for clients of `listener`; None when it has none."""
+        if self.simulated is None:
+            return (self.node_id, *self.advertised(listener))
+        node = self.simulated.coordinator(key_type, key)
+        return None if node < 0 else (node, *self.simulated.address(node, listener))
+
+    def leader_epoch_of(self, topic: str, partition: int) -> int:
+        stored = self.partitions.get(topic, partition)
+        return stored.leader_epoch if stored is not None else self.leader_epoch
+
+    def cluster_size(self) -> int:
+        """The brokers registered (the live ones of a simulated cluster)."""
+        return len(self.simulated.live_nodes()) if self.simulated is not None else 1
+
+    def node_ids(self) -> list[int]:
+        return list(self.simulated.nodes) if self.simulated is not None else [self.node_id]
+
+    def _placement(self, topic: str, factor: int, assignments: list[list[int]] | None
+                   ) -> Callable[[int], list[int]] | None:
+        if assignments is not None:
+            return lambda index: list(assignments[index])
+        if self.simulated is None:
+            return None
+        simulated = self.simulated
+        return lambda index: simulated.place(topic, index, factor)
 
     def coordinators(self) -> list[tuple[str, Any]]:
         """The coordinators by kind (group, transaction, ...), each with its `runtime`."""
-        found = (("group", self.group_coordinator), ("transaction", self.txn_coordinator))
+        found = (("group", self.group_coordinator), ("transaction", self.txn_coordinator),
+                 ("share", self.share_coordinator))
         return [(kind, coordinator) for kind, coordinator in found if coordinator is not None]
 
     async def stop(self, clean: bool = True) -> None:
@@ -568,9 +617,12 @@ class Broker:
         return LogConfig.from_properties(configs, self.default_log_config)
 
     async def create_topic(
-        self, name: str, partitions: int, configs: dict[str, str], validate_only: bool = False
+        self, name: str, partitions: int, configs: dict[str, str], validate_only: bool = False,
+        replication_factor: int = 1, assignments: list[list[int]] | None = None,
     ) -> TopicInfo:
-        """Create a topic (-1 partitions: num.partitions); raises KafkaError with Kafka's codes."""
+        """Create a topic (-1 partitions: num.partitions) with `replication_factor` replicas per
+        partition placed over the cluster's nodes, or the given `assignments` (replicas per
+        partition); raises KafkaError with Kafka's codes."""
         if partitions == -1:
             partitions = int(self.config["num.partitions"])
         self.validate_topic_configs(configs)
@@ -584,7 +636,8 @@ class Broker:
             if partitions <= 0:
                 raise KafkaError(ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
             return TopicInfo(name, uuid.UUID(int=0), partitions, dict(configs))
-        info = self.metadata.create_topic(name, partitions, configs)
+        info = self.metadata.create_topic(name, partitions, configs,
+                                          replicas=self._placement(name, replication_factor, assignments))
         self._ensure_partitions(info)
         log.info("topic created", topic=name, partitions=partitions, topic_id=str(info.topic_id))
         await self._topics_changed(created={name})
@@ -618,7 +671,10 @@ class Broker:
         except KafkaError as exc:
             log.warning("share state of a deleted topic not cleaned up", topic_id=str(topic_id), error=repr(exc))
 
-    async def create_partitions(self, name: str, total: int, validate_only: bool = False) -> TopicInfo:
+    async def create_partitions(self, name: str, total: int, validate_only: bool = False,
+                                assignments: list[list[int]] | None = None) -> TopicInfo:
+        """Add partitions up to `total`, with the topic's replication factor or the `assignments`
+        of the new partitions."""
         info = self.metadata.topic(name)
         if validate_only:
             if info is None:
@@ -626,7 +682,10 @@ class Broker:
             if total <= info.partitions:
                 raise KafkaError(ErrorCode.INVALID_PARTITIONS, "Topic already has %d partition(s)." % info.partitions)
             return info
-        info = self.metadata.create_partitions(name, total)
+        factor = len(info.assignments[0].replicas) if info is not None and 0 in info.assignments else 1
+        if assignments is not None and info is not None:  # those of the new partitions, by absolute index
+            assignments = [[] for _ in range(info.partitions)] + assignments
+        info = self.metadata.create_partitions(name, total, self._placement(name, factor, assignments))
         self._ensure_partitions(info)
         await self._topics_changed(changed={name})
         return info

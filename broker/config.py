@@ -205,6 +205,9 @@ _PROPS: list[Prop] = [
          "Port of the HTTP endpoint with Prometheus /metrics and /faults (fault injection); -1 disables it (not in "
          "Kafka)."),
     Prop("metrics.host", "string", "127.0.0.1", "Address the /metrics and /faults endpoint binds to (not in Kafka)."),
+    Prop("simulated.brokers", "int", 1,
+         "Answer as a cluster of this many brokers (ids node.id and up, node k on each listener's port + k): "
+         "replicas, leaders and coordinators spread over them, nothing replicated (not in Kafka)."),
     Prop("log.format", "string", "console", "console (key=value) or json log lines (not in Kafka)."),
     Prop("log.level", "string", "INFO", "DEBUG logs every request (not in Kafka)."),
 ]

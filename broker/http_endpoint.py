@@ -2,7 +2,8 @@
 
     GET    /metrics   Prometheus text format
     GET    /faults    the armed faults and the counts of those injected (JSON)
-    POST   /faults    arm a fault: a JSON object (or a list of them) as Faults.arm takes
+    POST   /faults    arm a fault or change the simulated cluster: a JSON object (or a list of
+                      them) as Faults.apply takes
     DELETE /faults    disarm every fault
 
 It runs on the broker's event loop (a scrape reads the broker's state where it lives, without
@@ -54,7 +55,7 @@ class HttpEndpoint:
         try:
             try:
                 method, path, body = await asyncio.wait_for(_read_request(reader), READ_TIMEOUT_S)
-                status, content_type, payload = self._answer(method, path, body)
+                status, content_type, payload = await self._answer(method, path, body)
             except HttpError as exc:
                 status, content_type, payload = exc.status, "application/json", _json({"error": str(exc)})
             writer.write(b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % (
@@ -66,26 +67,26 @@ class HttpEndpoint:
         finally:
             writer.close()
 
-    def _answer(self, method: str, path: str, body: bytes) -> tuple[int, str, bytes]:
+    async def _answer(self, method: str, path: str, body: bytes) -> tuple[int, str, bytes]:
         try:
-            return self._route(method, path, body)
+            return await self._route(method, path, body)
         except HttpError:
             raise
         except Exception as exc:  # a broker bug: answered and logged, the endpoint stays up
             log.exception("http request failed", method=method, path=path)
             return 500, "application/json", _json({"error": repr(exc)})
 
-    def _route(self, method: str, path: str, body: bytes) -> tuple[int, str, bytes]:
+    async def _route(self, method: str, path: str, body: bytes) -> tuple[int, str, bytes]:
         path = path.split("?", 1)[0].rstrip("/") or "/"
         if path == "/metrics":
             if method != "GET":
                 raise HttpError(405, "GET /metrics")
             return 200, CONTENT_TYPE_LATEST, generate_latest(self.broker.metrics.registry)
         if path == "/faults":
-            return self._faults(method, body)
+            return await self._faults(method, body)
         raise HttpError(404, "no such path: %s (there are /metrics and /faults)" % path)
 
-    def _faults(self, method: str, body: bytes) -> tuple[int, str, bytes]:
+    async def _faults(self, method: str, body: bytes) -> tuple[int, str, bytes]:
         faults = self.broker.faults
         if method == "GET":
             injected = [{"api": api, "action": action, "error": error, "count": n}
@@ -107,8 +108,8 @@ class HttpEndpoint:
         armed = []
         for s in specs:
             try:
-                armed.append(faults.arm(s).describe())
-            except (ValueError, TypeError) as exc:
+                armed.append(await faults.apply(s))
+            except (ValueError, TypeError, KeyError) as exc:
                 raise HttpError(400, str(exc)) from None
         return 201, "application/json", _json({"armed": armed if isinstance(spec, list) else armed[0]})
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -31,6 +31,7 @@ RESOURCE_CLIENT_METRICS = 16
 RESOURCE_GROUP = 32
 MIN_INSYNC_REPLICAS = "min.insync.replicas"
 PRODUCER_ID_BLOCK = 1000
+NO_LEADER_CHANGE = -2  # PartitionChangeRecord's leader when it does not change
 
 _RECORD_CLASSES = {
     c.spec.api_key: c.root_class
@@ -72,11 +73,23 @@ def validate_topic_name(name: str) -> None:
 
 
 @dataclass
+class Assignment:
+    """Where a partition lives (PartitionRecord, PartitionChangeRecord): its replicas, the
+    in-sync ones and the leader (-1: none)."""
+
+    replicas: list[int]
+    isr: list[int]
+    leader: int
+    leader_epoch: int = 0  # bumped by every change of leader
+
+
+@dataclass
 class TopicInfo:
     name: str
     topic_id: uuid.UUID
     partitions: int = 0
     configs: dict[str, str] = field(default_factory=dict)
+    assignments: dict[int, Assignment] = field(default_factory=dict)  # partition -> where it lives
 
     @property
     def internal(self) -> bool:
@@ -115,6 +128,19 @@ class MetadataImage:
             topic = self.topics_by_id.get(record.topic_id)
             if topic is not None:
                 topic.partitions = max(topic.partitions, record.partition_id + 1)
+                topic.assignments[record.partition_id] = Assignment(list(record.replicas), list(record.isr),
+                                                                    record.leader, record.leader_epoch)
+        elif isinstance(record, M.PartitionChangeRecord):
+            topic = self.topics_by_id.get(record.topic_id)
+            assignment = topic.assignments.get(record.partition_id) if topic is not None else None
+            if assignment is not None:
+                if record.replicas is not None:
+                    assignment.replicas = list(record.replicas)
+                if record.isr is not None:
+                    assignment.isr = list(record.isr)
+                if record.leader != NO_LEADER_CHANGE:
+                    assignment.leader = record.leader
+                    assignment.leader_epoch += 1
         elif isinstance(record, M.RemoveTopicRecord):
             gone = self.topics_by_id.pop(record.topic_id, None)
             if gone is not None:
@@ -281,8 +307,10 @@ class MetadataStore:
 
     # changes --------------------------------------------------------------------------------
     def create_topic(
-        self, name: str, partitions: int, configs: dict[str, str] | None = None, topic_id: uuid.UUID | None = None
+        self, name: str, partitions: int, configs: dict[str, str] | None = None, topic_id: uuid.UUID | None = None,
+        replicas: Callable[[int], list[int]] | None = None,
     ) -> TopicInfo:
+        """Create a topic; `replicas(partition)` places each partition (default: this node)."""
         validate_topic_name(name)
         if name in self.image.topics:
             raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, "Topic '%s' already exists." % name)
@@ -298,15 +326,25 @@ class MetadataStore:
         records: list[Any] = [M.TopicRecord(name=name, topic_id=topic_id)]
         for (key, value) in sorted((configs or {}).items()):
             records.append(M.ConfigRecord(resource_type=RESOURCE_TOPIC, resource_name=name, name=key, value=value))
-        records += [self._partition_record(topic_id, p) for p in range(partitions)]
+        records += [self._partition_record(topic_id, p, replicas) for p in range(partitions)]
         self._commit(records)
         return self.image.topics[name]
 
-    def _partition_record(self, topic_id: uuid.UUID, index: int) -> Any:
+    def _partition_record(self, topic_id: uuid.UUID, index: int,
+                          replicas: Callable[[int], list[int]] | None = None) -> Any:
+        nodes = replicas(index) if replicas is not None else [self.node_id]
         return M.PartitionRecord(
-            partition_id=index, topic_id=topic_id, replicas=[self.node_id], isr=[self.node_id],
-            leader=self.node_id, leader_epoch=0, partition_epoch=0,
+            partition_id=index, topic_id=topic_id, replicas=nodes, isr=list(nodes),
+            leader=nodes[0], leader_epoch=0, partition_epoch=0,
         )
+
+    def change_partition(self, topic: str, partition: int, leader: int | None = None,
+                         isr: list[int] | None = None) -> None:
+        """A new leader (-1: none) and/or in-sync replica set (PartitionChangeRecord)."""
+        info = self.image.topics[topic]
+        self._commit([M.PartitionChangeRecord(
+            topic_id=info.topic_id, partition_id=partition, isr=isr,
+            leader=NO_LEADER_CHANGE if leader is None else leader)])
 
     def delete_topic(self, name: str) -> TopicInfo:
         info = self.image.topics.get(name)
@@ -315,7 +353,7 @@ class MetadataStore:
         self._commit([M.RemoveTopicRecord(topic_id=info.topic_id)])
         return info
 
-    def create_partitions(self, name: str, total: int) -> TopicInfo:
+    def create_partitions(self, name: str, total: int, replicas: Callable[[int], list[int]] | None = None) -> TopicInfo:
         info = self.image.topics.get(name)
         if info is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The topic '%s' does not exist." % name)
@@ -327,7 +365,7 @@ class MetadataStore:
             )
         if total == info.partitions:
             raise KafkaError(ErrorCode.INVALID_PARTITIONS, "Topic already has %d partition(s)." % total)
-        self._commit([self._partition_record(info.topic_id, p) for p in range(info.partitions, total)])
+        self._commit([self._partition_record(info.topic_id, p, replicas) for p in range(info.partitions, total)])
         return info
 
     def set_configs(self, resource_type: int, resource_name: str, changes: dict[str, str | None]) -> None:

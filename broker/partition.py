@@ -86,6 +86,16 @@ class Partition:
     def leader_epoch(self) -> int:
         return self.log.leader_epoch
 
+    def become_leader(self, epoch: int) -> None:
+        """Lead from `epoch` on (broker.testing's simulated cluster, whose metadata holds the
+        epochs): a newer epoch starts at the log end offset, durably, as when a Kafka replica
+        becomes leader."""
+        log = self.log
+        if epoch > log.leader_epoch:
+            log.leader_epoch = epoch
+            if log.epoch_cache.assign(epoch, log.log_end_offset):
+                log.epoch_cache.write()
+
     @property
     def high_watermark(self) -> int:
         return self.log.log_end_offset

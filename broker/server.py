@@ -88,9 +88,10 @@ class RequestContext:
 
 
 class Connection(asyncio.BufferedProtocol):
-    def __init__(self, server: KafkaServer, listener: Listener | None = None) -> None:
+    def __init__(self, server: KafkaServer, listener: Listener | None = None, node: int | None = None) -> None:
         self.server = server
         self.listener = listener  # the listener the client came in on (None: a bare test server)
+        self.node = node  # the simulated node the client connected to (None: this broker's own)
         self.principal = ANONYMOUS  # who the client is: set by TLS (client certificate) or SASL
         self.client_software = ("unknown", "unknown")  # name and version from ApiVersions v3+ (Kafka's ClientInformation)
         self.sasl: SaslAuthenticator | None = None  # SASL listeners: sees every frame before the request path
@@ -487,6 +488,7 @@ class KafkaServer:
         self.connections: set[Connection] = set()
         self.buffers = frames.BufferPool()  # receive buffers, shared by the connections
         self.servers: list[Any] = []  # asyncio Servers, TlsAcceptors: close() and wait_closed()
+        self.node_servers: dict[int | None, list[Any]] = {}  # the same, by simulated node (None: this one)
         self.sendfile_min_bytes = SENDFILE_MIN_BYTES  # a FileSlice at least this long is sent with os.sendfile
         self.debug = _debug_enabled()  # read once: the logging configuration is set before the server starts
         # API key -> what runs instead of its handler (broker.testing's fault injection); empty normally
@@ -494,18 +496,30 @@ class KafkaServer:
         self.quotas: Any = None  # broker.security.quotas.ClientQuotas, set once the metadata is loaded
         self._reaper: asyncio.Task[None] | None = None
 
-    async def listen(self, host: str, port: int, listener: Listener | None = None) -> int:
+    async def listen(self, host: str, port: int, listener: Listener | None = None, node: int | None = None) -> int:
+        """Accept connections on host:port; `node`: as that node of a simulated cluster."""
         loop = asyncio.get_running_loop()
         if self._reaper is None:
             self._reaper = loop.create_task(self._close_idle())
         if listener is not None and listener.uses_tls:
-            acceptor = TlsAcceptor(lambda: Connection(self, listener), listener, host, port)
+            acceptor = TlsAcceptor(lambda: Connection(self, listener, node), listener, host, port)
             self.servers.append(acceptor)
+            self.node_servers.setdefault(node, []).append(acceptor)
             return acceptor.start()
-        server = await loop.create_server(lambda: Connection(self, listener), host or None, port, reuse_address=True,
-                                          backlog=1024)
+        server = await loop.create_server(lambda: Connection(self, listener, node), host or None, port,
+                                          reuse_address=True, backlog=1024)
         self.servers.append(server)
+        self.node_servers.setdefault(node, []).append(server)
         return int(server.sockets[0].getsockname()[1])
+
+    def close_node(self, node: int | None) -> None:
+        """A simulated node goes down: its ports close and its clients are cut off."""
+        for server in self.node_servers.pop(node, []):
+            server.close()
+            self.servers.remove(server)
+        for conn in list(self.connections):
+            if conn.node == node:
+                conn.close()
 
     async def _close_idle(self) -> None:
         interval = max(0.05, min(self.idle_s / 4, 10.0))

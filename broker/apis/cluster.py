@@ -40,12 +40,12 @@ async def handle_describe_cluster(ctx: Any, request: Any) -> Any:
         code = ErrorCode.INVALID_REQUEST if ctx.api_version == 0 else ErrorCode.MISMATCHED_ENDPOINT_TYPE
         return DC(error_code=int(code), error_message="The request was sent to an endpoint of type BROKER, but we "
                   "wanted an endpoint of type CONTROLLER")
-    host, port = broker.advertised(listener_of(ctx))
+    nodes = broker.cluster_nodes(listener_of(ctx))
     return DC(
         throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=ENDPOINT_BROKER,
-        cluster_id=broker.cluster_id, controller_id=broker.node_id,
-        brokers=[DC.DescribeClusterBroker(broker_id=broker.node_id, host=host, port=port,
-                                          rack=broker.config["broker.rack"], is_fenced=False)],
+        cluster_id=broker.cluster_id, controller_id=nodes[0][0] if nodes else -1,
+        brokers=[DC.DescribeClusterBroker(broker_id=node, host=host, port=port, rack=broker.config["broker.rack"],
+                                          is_fenced=False) for node, host, port in nodes],
         cluster_authorized_operations=(
             cluster_authorized_operations(ctx) if request.include_cluster_authorized_operations else -2147483648
         ),

@@ -56,19 +56,28 @@ async def handle_update_features(ctx: Any, request: Any) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------
-# ElectLeaders (key 43): every partition has its leader, this node (ReplicationControlManager)
+# ElectLeaders (key 43): every partition has its leader, this node (ReplicationControlManager),
+# unless a simulated cluster moved it away from its preferred replica
 
 PREFERRED, UNCLEAN = 0, 1
 EL = ElectLeadersResponse
 
 
-def _elect(broker: Any, topic: str, index: int) -> KafkaError | None:
+async def _elect(broker: Any, topic: str, index: int, election_type: int) -> KafkaError | None:
     info = broker.metadata.topic(topic)
     if info is None:
         return KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "No such topic as %s" % topic)
     if not 0 <= index < info.partitions:
         return KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "No such partition as %s-%d" % (topic, index))
-    return ELECTION_NOT_NEEDED  # the preferred (and only) replica leads, for either election type
+    leader, replicas, isr = broker.partition_layout(topic, index)
+    if election_type == UNCLEAN or leader == replicas[0]:
+        return ELECTION_NOT_NEEDED  # the preferred replica leads (or, unclean, a leader is there)
+    # a simulated cluster whose leader moved: the preferred replica takes over if it is in sync
+    if replicas[0] not in isr or replicas[0] in broker.offline_nodes():
+        return KafkaError(ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
+                          "Failed to elect leader for partition %s-%d under strategy PREFERRED" % (topic, index))
+    await broker.simulated.move_leader(topic, index, replicas[0])
+    return None
 
 
 ELECTION_NOT_NEEDED = KafkaError(ErrorCode.ELECTION_NOT_NEEDED, "Leader election not needed for topic partition.")
@@ -95,13 +104,13 @@ async def handle_elect_leaders(ctx: Any, request: Any) -> Any:
     if request.topic_partitions is None:
         # every partition; those that already have the desired leader are left out of the answer
         for name, info in sorted(broker.metadata.topics.items()):
-            errors = [(p, _elect(broker, name, p)) for p in range(info.partitions)]
+            errors = [(p, await _elect(broker, name, p, election_type)) for p in range(info.partitions)]
             results.append(EL.ReplicaElectionResult(topic=name, partition_result=[
                 _partition_result(p, e) for p, e in errors if e is not ELECTION_NOT_NEEDED]))
     else:
         for t in request.topic_partitions:
             results.append(EL.ReplicaElectionResult(topic=t.topic, partition_result=[
-                _partition_result(p, _elect(broker, t.topic, p)) for p in t.partitions]))
+                _partition_result(p, await _elect(broker, t.topic, p, election_type)) for p in t.partitions]))
     return EL(throttle_time_ms=0, error_code=0, replica_election_results=results)
 
 
@@ -122,7 +131,7 @@ def _reassign(broker: Any, topic: str, index: int, replicas: list[int] | None) -
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "Unable to find partition %s:%d." % (topic, index))
     if replicas is None:
         raise KafkaError(ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, "No partition reassignment is in progress.")
-    assigned_brokers(list(replicas), broker.node_id, None)
+    assigned_brokers(list(replicas), broker.node_ids(), None)
     # the target is this node alone: the current assignment, nothing to do
 
 

@@ -67,27 +67,35 @@ def _find(ctx: Any, key_type: int, key: str) -> ErrorCode:
 
 @api(10)
 async def handle_find_coordinator(ctx: Any, request: Any) -> Any:
-    if request.key_type == KEY_TYPE_GROUP:
-        await ctx.broker.ensure_offsets_topic()
-    elif request.key_type == KEY_TYPE_TRANSACTION:
-        await ctx.broker.ensure_transaction_state_topic()
-    host, port = ctx.broker.advertised(listener_of(ctx))
-    node = ctx.broker.node_id
+    unavailable = False
+    try:
+        if request.key_type == KEY_TYPE_GROUP:
+            await ctx.broker.ensure_offsets_topic()
+        elif request.key_type == KEY_TYPE_TRANSACTION:
+            await ctx.broker.ensure_transaction_state_topic()
+    except KafkaError:  # as Kafka: the internal topic cannot be created (too few brokers)
+        unavailable = True
+    listener = listener_of(ctx)
     R = M.FindCoordinatorResponse
+
+    def locate(key: str) -> tuple[ErrorCode, tuple[int, str, int]]:
+        code = _find(ctx, request.key_type, key)
+        if code is E.NONE and unavailable:
+            code = E.COORDINATOR_NOT_AVAILABLE
+        found = ctx.broker.coordinator_node(request.key_type, key, listener) if code is E.NONE else None
+        if code is E.NONE and found is None:  # its partition has no leader (simulated cluster)
+            code = E.COORDINATOR_NOT_AVAILABLE
+        return code, found or (-1, "", -1)
+
     if ctx.api_version >= 4:
         coordinators = []
         for key in request.coordinator_keys:
-            code = _find(ctx, request.key_type, key)
-            ok = code is E.NONE
-            coordinators.append(R.Coordinator(
-                key=key, node_id=node if ok else -1, host=host if ok else "", port=port if ok else -1,
-                error_code=code, error_message=_MESSAGES.get(code, code.name),
-            ))
+            code, (node, host, port) = locate(key)
+            coordinators.append(R.Coordinator(key=key, node_id=node, host=host, port=port, error_code=code,
+                                              error_message=_MESSAGES.get(code, code.name)))
         return R(coordinators=coordinators)
-    code = _find(ctx, request.key_type, request.key)
-    ok = code is E.NONE
-    return R(error_code=code, error_message=_MESSAGES.get(code, code.name), node_id=node if ok else -1,
-             host=host if ok else "", port=port if ok else -1)
+    code, (node, host, port) = locate(request.key)
+    return R(error_code=code, error_message=_MESSAGES.get(code, code.name), node_id=node, host=host, port=port)
 
 
 # ----- JoinGroup / SyncGroup / Heartbeat / LeaveGroup ------------------------------------

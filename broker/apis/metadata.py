@@ -29,21 +29,26 @@ OPERATIONS_NOT_REQUESTED = -2147483648
 R = MetadataResponse
 
 
-def partition_metadata(broker: Any, count: int) -> list[Any]:
-    node = broker.node_id
-    return [
-        R.MetadataResponsePartition(
-            error_code=0, partition_index=p, leader_id=node, leader_epoch=broker.leader_epoch,
-            replica_nodes=[node], isr_nodes=[node], offline_replicas=[],
-        )
-        for p in range(count)
-    ]
+def partition_states(broker: Any, topic: str, start: int, stop: int, cls: type) -> list[Any]:
+    """Metadata's (or DescribeTopicPartitions') partition entries: leader (none: LEADER_NOT_AVAILABLE),
+    its epoch, replicas, in-sync and offline replicas."""
+    offline = broker.offline_nodes()
+    out = []
+    for p in range(start, stop):
+        leader, replicas, isr = broker.partition_layout(topic, p)
+        out.append(cls(
+            error_code=0 if leader >= 0 else int(ErrorCode.LEADER_NOT_AVAILABLE), partition_index=p,
+            leader_id=leader, leader_epoch=broker.leader_epoch_of(topic, p), replica_nodes=list(replicas),
+            isr_nodes=list(isr), offline_replicas=[r for r in replicas if r in offline],
+        ))
+    return out
 
 
 def topic_metadata(broker: Any, info: Any, authorized_ops: int) -> Any:
     return R.MetadataResponseTopic(
         error_code=0, name=info.name, topic_id=info.topic_id, is_internal=info.internal,
-        partitions=partition_metadata(broker, info.partitions), topic_authorized_operations=authorized_ops,
+        partitions=partition_states(broker, info.name, 0, info.partitions, R.MetadataResponsePartition),
+        topic_authorized_operations=authorized_ops,
     )
 
 
@@ -126,15 +131,16 @@ async def handle_metadata(ctx: Any, request: Any) -> Any:
         for t in topics:
             if t.error_code == 0:
                 t.topic_authorized_operations = authorized_operations(ctx, Res.TOPIC, t.name)
-    host, port = broker.advertised(listener_of(ctx))
     cluster_ops = OPERATIONS_NOT_REQUESTED
     if 8 <= version <= 10 and request.include_cluster_authorized_operations:
         cluster_ops = cluster_authorized_operations(ctx)
+    nodes = broker.cluster_nodes(listener_of(ctx))
     return R(
         throttle_time_ms=0,
-        brokers=[R.MetadataResponseBroker(node_id=broker.node_id, host=host, port=port, rack=broker.config["broker.rack"])],
+        brokers=[R.MetadataResponseBroker(node_id=node, host=host, port=port, rack=broker.config["broker.rack"])
+                 for node, host, port in nodes],
         cluster_id=broker.cluster_id,
-        controller_id=broker.node_id,
+        controller_id=nodes[0][0] if nodes else -1,
         topics=topics,
         cluster_authorized_operations=cluster_ops,
         error_code=0,
@@ -160,13 +166,9 @@ MAX_REQUEST_PARTITION_SIZE_LIMIT = 2000  # Kafka's max.request.partition.size.li
 def _described_partitions(broker: Any, info: Any, start: int, limit: int) -> tuple[list[Any], int]:
     """The partitions from `start` (at most `limit`) and the next index, or -1 when none is left."""
     upper = min(info.partitions, start + limit)
-    node = broker.node_id
-    partitions = [
-        DT.DescribeTopicPartitionsResponsePartition(
-            error_code=0, partition_index=p, leader_id=node, leader_epoch=broker.leader_epoch, replica_nodes=[node],
-            isr_nodes=[node], eligible_leader_replicas=[], last_known_elr=[], offline_replicas=[])
-        for p in range(start, upper)
-    ]
+    partitions = partition_states(broker, info.name, start, upper, DT.DescribeTopicPartitionsResponsePartition)
+    for p in partitions:
+        p.eligible_leader_replicas, p.last_known_elr = [], []
     return partitions, upper if upper < info.partitions else -1
 
 

@@ -1,14 +1,16 @@
 """CreateTopics (key 19), DeleteTopics (key 20) and CreatePartitions (key 37).
 
 Validation follows Kafka 4.x's controller, in its order and with its messages: the topic name,
-an existing topic, the configs, then the partition layout. This broker is the only registered
-node, so a replication factor above 1 (or a manual assignment naming another broker) is refused.
+an existing topic, the configs, then the partition layout. The registered nodes are this broker
+(or those of a simulated cluster): a larger replication factor, or a manual assignment naming
+another broker, is refused.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections import Counter
+from collections.abc import Collection
 from typing import Any
 
 from broker.apis.configs import effective_topic_configs, validate_topic_configs
@@ -30,14 +32,15 @@ DEFAULT_MESSAGES = {
 }
 
 
-def assigned_brokers(broker_ids: list[int], node_id: int, replication_factor: int | None) -> None:
-    """Kafka's checks of one manual partition assignment (INVALID_REPLICA_ASSIGNMENT)."""
+def assigned_brokers(broker_ids: list[int], nodes: Collection[int], replication_factor: int | None) -> None:
+    """Kafka's checks of one manual partition assignment (INVALID_REPLICA_ASSIGNMENT) over the
+    registered `nodes`."""
     if not broker_ids:
         raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                          "The manual partition assignment includes an empty replica list.")
     previous = None
     for broker_id in sorted(broker_ids):
-        if broker_id != node_id:
+        if broker_id not in nodes:
             raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                              "The manual partition assignment includes broker %d, but no such broker is registered."
                              % broker_id)
@@ -52,11 +55,11 @@ def assigned_brokers(broker_ids: list[int], node_id: int, replication_factor: in
                          % (len(broker_ids), replication_factor))
 
 
-def _unable_to_replicate(replication_factor: int) -> KafkaError:
+def _unable_to_replicate(replication_factor: int, registered: int) -> KafkaError:
     return KafkaError(
         ErrorCode.INVALID_REPLICATION_FACTOR,
         "Unable to replicate the partition %d time(s): The target replication factor of %d cannot be reached "
-        "because only 1 broker(s) are registered." % (replication_factor, replication_factor),
+        "because only %d broker(s) are registered." % (replication_factor, replication_factor, registered),
     )
 
 
@@ -66,8 +69,9 @@ def _unable_to_replicate(replication_factor: int) -> KafkaError:
 C = CreateTopicsResponse
 
 
-def partition_layout(broker: Any, topic: Any) -> tuple[int, int]:
-    """(partitions, replication factor) of a CreatableTopic, or KafkaError as Kafka's controller."""
+def partition_layout(broker: Any, topic: Any) -> tuple[int, int, list[list[int]] | None]:
+    """(partitions, replication factor, manual assignments by partition or None) of a
+    CreatableTopic, or KafkaError as Kafka's controller."""
     if topic.assignments:
         if topic.replication_factor != -1:
             raise KafkaError(ErrorCode.INVALID_REQUEST,
@@ -75,19 +79,20 @@ def partition_layout(broker: Any, topic: Any) -> tuple[int, int]:
         if topic.num_partitions != -1:
             raise KafkaError(ErrorCode.INVALID_REQUEST,
                              "A manual partition assignment was specified, but numPartitions was not set to -1.")
-        seen: set[int] = set()
+        seen: dict[int, list[int]] = {}
         replication_factor: int | None = None
+        nodes = broker.node_ids()
         for a in topic.assignments:
             if a.partition_index in seen:
                 raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                                  "Found multiple manual partition assignments for partition %d" % a.partition_index)
-            assigned_brokers(a.broker_ids, broker.node_id, replication_factor)
+            assigned_brokers(a.broker_ids, nodes, replication_factor)
             replication_factor = len(a.broker_ids)
-            seen.add(a.partition_index)
-        if seen != set(range(len(seen))):
+            seen[a.partition_index] = list(a.broker_ids)
+        if set(seen) != set(range(len(seen))):
             raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                              "partitions should be a consecutive 0-based integer sequence")
-        return len(seen), replication_factor or 1
+        return len(seen), replication_factor or 1, [seen[p] for p in range(len(seen))]
     if topic.replication_factor < -1 or topic.replication_factor == 0:
         raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
                          "Replication factor must be larger than 0, or -1 to use the default value.")
@@ -99,9 +104,9 @@ def partition_layout(broker: Any, topic: Any) -> tuple[int, int]:
     if factor <= 0:
         raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR, "Unable to replicate the partition %d time(s): Invalid "
                          "replication factor %d: the replication factor must be positive." % (factor, factor))
-    if factor > 1:
-        raise _unable_to_replicate(factor)
-    return partitions, factor
+    if factor > broker.cluster_size():
+        raise _unable_to_replicate(factor, broker.cluster_size())
+    return partitions, factor, None
 
 
 def _check_name(broker: Any, name: str) -> None:
@@ -124,11 +129,12 @@ async def _create_topic(broker: Any, topic: Any, validate_only: bool) -> Any:
         raise KafkaError(ErrorCode.INVALID_CONFIG, "Null value not supported for topic configs: " + ",".join(nulls))
     configs = {c.name: c.value for c in topic.configs}
     validate_topic_configs(broker, configs)
-    partitions, factor = partition_layout(broker, topic)
+    partitions, factor, assignments = partition_layout(broker, topic)
     if validate_only:
         topic_id = uuid.uuid4()  # Kafka answers a validation with the id the topic would have had
     else:
-        topic_id = (await broker.create_topic(name, partitions, configs)).topic_id
+        topic_id = (await broker.create_topic(name, partitions, configs, replication_factor=factor,
+                                              assignments=assignments)).topic_id
     return C.CreatableTopicResult(
         name=name, topic_id=topic_id, error_code=0, error_message=None, num_partitions=partitions,
         replication_factor=factor, topic_config_error_code=0,
@@ -304,8 +310,9 @@ def check_new_partitions(broker: Any, topic: Any) -> None:
         if len(topic.assignments) != additional:
             raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "Attempted to add %d additional partition(s), but "
                              "only %d assignment(s) were specified." % (additional, len(topic.assignments)))
+        factor = len(info.assignments[0].replicas) if 0 in info.assignments else 1
         for a in topic.assignments:
-            assigned_brokers(a.broker_ids, broker.node_id, 1)
+            assigned_brokers(a.broker_ids, broker.node_ids(), factor)
 
 
 @api(37)
@@ -331,7 +338,8 @@ async def handle_create_partitions(ctx: Any, request: Any) -> Any:
             budget -= topic.count - info.partitions
             if budget < 0:
                 raise KafkaError(ErrorCode.POLICY_VIOLATION, "Excessively large number of partitions per request.")
-            await broker.create_partitions(topic.name, topic.count, request.validate_only)
+            assignments = [list(a.broker_ids) for a in topic.assignments] if topic.assignments is not None else None
+            await broker.create_partitions(topic.name, topic.count, request.validate_only, assignments)
             results.append(P.CreatePartitionsTopicResult(name=topic.name, error_code=0, error_message=None))
         except KafkaError as exc:
             results.append(P.CreatePartitionsTopicResult(name=topic.name, error_code=int(exc.code),

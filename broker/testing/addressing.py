@@ -296,11 +296,11 @@ async def answer_in_part(ctx: Any, request: Any, handler: Handler, error_for: Er
     shape = shape_of(api_key, version)
     if shape is None:
         code = error_for(Key())
-        return await handler(ctx, request) if code is None else _whole(ctx, request, code)
+        return await handler(ctx, request) if code is None else fail_whole(ctx, request, code)
     if shape.group is not None:
         code = error_for(Key(group=getattr(request, shape.group)))
         if code is not None:
-            return _whole(ctx, request, code)
+            return fail_whole(ctx, request, code)
     if not shape.levels:
         return await handler(ctx, request)
     base = Key(group=getattr(request, shape.group)) if shape.group else Key()
@@ -323,7 +323,9 @@ async def answer_in_part(ctx: Any, request: Any, handler: Handler, error_for: Er
     return response
 
 
-def _whole(ctx: Any, request: Any, code: ErrorCode) -> Any | None:
+def fail_whole(ctx: Any, request: Any, code: ErrorCode) -> Any | None:
+    """The whole request answered with `code` (None: the connection was closed, as the version
+    cannot express it)."""
     response = _fail_everything(ctx.api_key, ctx.api_version, request, code)
     if response is None:
         ctx.connection.close()

@@ -30,6 +30,7 @@ from broker.app import Broker
 from broker.config import BrokerConfig, parse_listener
 from broker.logsetup import configure_embedded
 from broker.testing.faults import Faults
+from protocol.errors import ErrorCode, KafkaError
 
 # Kafka's defaults except where a test wants otherwise: a free port on the loopback interface,
 # and a new group's first rebalance at once (as Kafka's own test setups and docker examples do).
@@ -105,6 +106,7 @@ class EmbeddedBroker:
         self._broker: Broker | None = None
         self._errors = _ErrorRecorder()
         self.faults = Faults()  # armed faults outlive a restart
+        self._node_ports: dict[int, dict[str, int]] = {}  # a simulated cluster's nodes: listener -> port
 
     # lifecycle -----------------------------------------------------------------------------------
     def start(self) -> Self:
@@ -119,9 +121,13 @@ class EmbeddedBroker:
             self._errors.thread_id = self._thread.ident
             logging.getLogger("broker").addHandler(self._errors)
         broker = Broker(BrokerConfig(self.properties), faults=self.faults)
+        if broker.simulated is not None:
+            broker.simulated.ports.update(self._node_ports)  # the other nodes come back on their ports
         self.call(broker.start(), START_TIMEOUT_S)
         self._broker = broker
         self._pin_ports(broker)
+        if broker.simulated is not None:
+            self._node_ports = {node: dict(ports) for node, ports in broker.simulated.ports.items()}
         return self
 
     def _run_loop(self) -> None:
@@ -210,7 +216,11 @@ class EmbeddedBroker:
 
     @property
     def bootstrap_servers(self) -> str:
-        return "127.0.0.1:%d" % self.port
+        """host:port of the broker (of every node of a simulated cluster, comma-separated)."""
+        return ",".join("%s:%d" % (host, port) for _, host, port in self.call(self._nodes()))
+
+    async def _nodes(self) -> list[tuple[int, str, int]]:
+        return self.broker.cluster_nodes()
 
     @property
     def errors(self) -> list[str]:
@@ -225,10 +235,16 @@ class EmbeddedBroker:
             raise RuntimeError("the broker is not running")
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 
-    def create_topic(self, name: str, partitions: int = 1, **configs: Any) -> None:
+    def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 1, **configs: Any) -> None:
         """Create a topic; `configs` are topic configs (`cleanup_policy="compact"` or
-        `**{"cleanup.policy": "compact"}`). Raises protocol.errors.KafkaError as Kafka answers."""
-        self.call(self.broker.create_topic(name, partitions, broker_properties(keywords=configs)))
+        `**{"cleanup.policy": "compact"}`); a replication factor above 1 needs a simulated
+        cluster. Raises protocol.errors.KafkaError as Kafka answers."""
+        broker = self.broker
+        if replication_factor > broker.cluster_size():
+            raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR, "replication factor %d > %d broker(s)"
+                             % (replication_factor, broker.cluster_size()))
+        self.call(broker.create_topic(name, partitions, broker_properties(keywords=configs),
+                                      replication_factor=replication_factor))
 
     def __repr__(self) -> str:
         state = self.bootstrap_servers if self._broker is not None else "stopped"

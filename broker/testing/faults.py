@@ -26,7 +26,7 @@ import errno
 import json
 import threading
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,13 +41,19 @@ log = structlog.get_logger("broker.faults")
 
 FAIL, DELAY, DISCONNECT, DROP, FAIL_DISK = "fail", "delay", "disconnect", "drop", "fail_disk"
 ACTIONS = (FAIL, DELAY, DISCONNECT, DROP, FAIL_DISK)
+MOVE_LEADER, MOVE_COORDINATOR, NODE_DOWN, NODE_UP = "move_leader", "move_coordinator", "node_down", "node_up"
+CLUSTER_ACTIONS = {MOVE_LEADER: ("topic", "partition", "to"), MOVE_COORDINATOR: ("group", "to", "coordinator"),
+                   NODE_DOWN: ("node",), NODE_UP: ("node",)}
+COORDINATOR_KEY_TYPES = {"group": 0, "transaction": 1}
+CLUSTER_CHANGE_S = 60.0
 METADATA = 3
 API_KEYS = {codec.spec.name.removesuffix("Request").lower(): key for key, codec in REQUESTS.items()}
 API_NAMES = {key: codec.spec.name.removesuffix("Request") for key, codec in REQUESTS.items()}
 
 _ERRORS_BY_CODE = {int(code): code for code in ErrorCode}
 
-Intercept = Callable[[Any, Any, Callable[[Any, Any], Awaitable[Any]]], Awaitable[Any]]
+Handler = Callable[[Any, Any], Awaitable[Any]]
+Intercept = Callable[[Any, Any, Handler], Awaitable[Any]]
 
 
 def api_key_of(api: str | int) -> int:
@@ -68,6 +74,17 @@ def error_code_of(error: str | int) -> ErrorCode:
     if found is None:
         raise ValueError("unknown Kafka error %r" % error)
     return found
+
+
+def _node(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def parse_fault_spec(text: str) -> dict[str, Any]:
@@ -131,7 +148,10 @@ class Faults:
         self._armed: list[Fault] = []
         self._lock = threading.Lock()
         self._broker: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._sleepers: set[asyncio.Future[None]] = set()
+        self._router: Intercept | None = None  # the simulated cluster's routing, after the faults
+        self._routed: frozenset[int] = frozenset()
 
     # the Python door -----------------------------------------------------------------------------
     def fail(self, api: str | int, error: str | int, times: int = 1, topic: str | None = None,
@@ -170,6 +190,71 @@ class Faults:
         log.info("fault armed", **fault.describe())
         return fault
 
+    # the cluster changes (simulated.brokers > 1; broker/testing/simulated.py) -------------------
+    def move_leader(self, topic: str, partition: int, to: int | None = None) -> int:
+        """Move the partition's leadership to another in-sync replica (`to`, or the next one);
+        returns the new leader."""
+        return int(self._on_loop(MOVE_LEADER, {"topic": topic, "partition": partition, "to": to}))
+
+    def move_coordinator(self, group: str, to: int | None = None, coordinator: str = "group") -> int:
+        """Move the coordinator of a group (`coordinator="transaction"`: of a transactional id);
+        returns its new node."""
+        return int(self._on_loop(MOVE_COORDINATOR, {"group": group, "to": to, "coordinator": coordinator}))
+
+    def node_down(self, node: int) -> None:
+        """Take a node down: its ports close; the partitions and coordinators it led move."""
+        self._on_loop(NODE_DOWN, {"node": node})
+
+    def node_up(self, node: int) -> None:
+        """Bring a node back on its ports; it rejoins the in-sync replicas."""
+        self._on_loop(NODE_UP, {"node": node})
+
+    def _on_loop(self, action: str, args: dict[str, Any]) -> Any:
+        """Run a cluster change on the broker's loop from another thread (the test's) and wait."""
+        loop = self._loop
+        if loop is None:
+            raise ValueError("%s needs a running broker" % action)
+        if _running_loop() is loop:
+            raise RuntimeError("%s blocks: from the broker's own loop await apply() instead" % action)
+        return asyncio.run_coroutine_threadsafe(self._change_cluster(action, args), loop).result(CLUSTER_CHANGE_S)
+
+    async def _change_cluster(self, action: str, args: dict[str, Any]) -> Any:
+        broker = self._broker
+        cluster = getattr(broker, "simulated", None) if broker is not None else None
+        if cluster is None:
+            raise ValueError("%s needs a simulated cluster (simulated.brokers > 1)" % action)
+        described = {k: v for k, v in args.items() if v is not None}
+        if action == MOVE_LEADER:
+            result = await cluster.move_leader(args["topic"], int(args["partition"]), _node(args.get("to")))
+        elif action == MOVE_COORDINATOR:
+            key_type = COORDINATOR_KEY_TYPES.get(str(args.get("coordinator") or "group"))
+            if key_type is None:
+                raise ValueError("coordinator is one of %s" % ", ".join(COORDINATOR_KEY_TYPES))
+            result = await cluster.move_coordinator(args["group"], key_type, _node(args.get("to")))
+        elif action == NODE_DOWN:
+            result = await cluster.node_down(int(args["node"]))
+        else:
+            result = await cluster.node_up(int(args["node"]))
+        with self._lock:
+            self.injected[("", action, "")] += 1
+        log.warning("fault injected", action=action, result=result, **described)
+        return result
+
+    async def apply(self, spec: Mapping[str, Any]) -> dict[str, Any]:
+        """The HTTP door (on the broker's loop): arm a request fault or change the cluster."""
+        spec = dict(spec)
+        action = str(spec.get("action", FAIL)).lower()
+        if action not in CLUSTER_ACTIONS:
+            return self.arm(spec).describe()
+        spec.pop("action")
+        allowed = CLUSTER_ACTIONS[action]
+        unknown = set(spec) - set(allowed)
+        missing = [k for k in allowed if k not in spec and k not in ("to", "coordinator")]
+        if unknown or missing:
+            raise ValueError("a %s takes %s" % (action, ", ".join(allowed)))
+        result = await self._change_cluster(action, spec)
+        return {"action": action, **spec, **({"result": result} if result is not None else {})}
+
     def clear(self) -> None:
         """Disarm every fault."""
         with self._lock:
@@ -178,6 +263,8 @@ class Faults:
                     self._remove_disk_fault(fault)
             self._armed.clear()
             self.intercepts.clear()
+            for key in self._routed:
+                self._settle(key)
         log.info("faults cleared")
 
     @property
@@ -256,7 +343,33 @@ class Faults:
         if fault.times == 0:
             self._armed.remove(fault)
             if fault.api_key >= 0 and not any(f.api_key == fault.api_key for f in self._armed):
-                self.intercepts.pop(fault.api_key, None)
+                self._settle(fault.api_key)
+
+    def _settle(self, api_key: int) -> None:
+        """No fault is armed for the API (under the lock): the server calls the router or the handler."""
+        if self._router is not None and api_key in self._routed:
+            self.intercepts[api_key] = self._router
+        else:
+            self.intercepts.pop(api_key, None)
+
+    def route(self, router: Intercept | None, api_keys: Iterable[int] = ()) -> None:
+        """Requests of these APIs go through `router` (the simulated cluster), after any fault."""
+        with self._lock:
+            previous, self._routed = self._routed, frozenset(api_keys) if router is not None else frozenset()
+            self._router = router
+            for key in previous | self._routed:
+                if not any(f.api_key == key for f in self._armed):
+                    self._settle(key)
+
+    def _inner(self, api_key: int, handler: Handler) -> Handler:
+        router = self._router
+        if router is None or api_key not in self._routed:
+            return handler
+
+        async def routed(ctx: Any, request: Any) -> Any:
+            return await router(ctx, request, handler)
+
+        return routed
 
     @staticmethod
     def _resolver(ctx: Any) -> Callable[[Any], str | None]:
@@ -269,6 +382,7 @@ class Faults:
     # the interception point ----------------------------------------------------------------------
     async def intercept(self, ctx: Any, request: Any, handler: Callable[[Any, Any], Awaitable[Any]]) -> Any:
         """Run by the server instead of `handler` while a fault is armed for the request's API."""
+        handler = self._inner(ctx.api_key, handler)
         if ctx.api_key == METADATA:
             return await self._metadata(ctx, request, handler)
         fault = self._take(ctx, request)
@@ -353,6 +467,7 @@ class Faults:
         """The broker started (its logs are loaded): disk faults armed before now take effect."""
         with self._lock:
             self._broker = broker
+            self._loop = asyncio.get_running_loop()
             for fault in self._armed:
                 if fault.action == FAIL_DISK:
                     try:
@@ -367,6 +482,8 @@ class Faults:
                 if fault.action == FAIL_DISK:
                     self._remove_disk_fault(fault)
             self._broker = None
+            self._loop = None
+        self.route(None)
         for waiter in list(self._sleepers):
             if not waiter.done():
                 waiter.set_result(None)

@@ -47,6 +47,9 @@ class FakeBroker:
     def advertised(self, listener: str | None = None) -> tuple[str, int]:
         return "localhost", 19092
 
+    def coordinator_node(self, key_type: int, key: str, listener: str | None = None) -> tuple[int, str, int]:
+        return (self.node_id, *self.advertised(listener))
+
     async def ensure_offsets_topic(self) -> None:
         self.offsets_topic_ensured = True
 

@@ -1,0 +1,310 @@
+"""A simulated cluster of N brokers in one process (`simulated.brokers=N`, not a Kafka property).
+
+The broker answers as N nodes, ids node.id .. node.id+N-1, node k listening on each configured
+listener's port + k (a fresh port per node for port 0). Clients see a real cluster: Metadata lists
+the live nodes, partitions have replicas and in-sync replicas for any replication factor up to N
+(Kafka's PartitionRecord/PartitionChangeRecord in the metadata log), leaders and coordinators
+are spread over the nodes, and a request sent to the wrong node is answered as a real cluster
+answers it: NOT_LEADER_OR_FOLLOWER for a partition it does not lead, NOT_COORDINATOR for a group
+or transactional id it does not coordinate (`route`, run by the server through the fault
+injector's interception point). The data is stored once: nothing is replicated, every replica is
+always in sync when its node is up.
+
+A coordinator is the leader of its internal topic's partition (partitionFor(key) of
+__consumer_offsets, __transaction_state, __share_group_state), as in Kafka: `coordinator` is the
+one function that places every coordinator type, and moving or losing that partition's leader
+moves the coordinator (its shard is unloaded and loaded again, as on a real move).
+
+Faults (broker.testing.faults) change the cluster for real: `move_leader` (a new leader epoch,
+clients get NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH and follow Metadata), `move_coordinator`,
+`node_down` (its ports close, its connections drop, the partitions it led move to another in-sync
+replica or go offline, it leaves every ISR) and `node_up` (it listens again on the same ports and
+rejoins the ISRs; leadership stays where it went, as without a preferred-leader election).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+
+from broker.coordinator.runtime import partition_for
+from broker.testing.addressing import Key, answer_in_part, fail_whole
+from protocol.errors import ErrorCode, KafkaError
+
+log = structlog.get_logger("broker.simulated")
+
+E = ErrorCode
+KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION, KEY_TYPE_SHARE = 0, 1, 2
+# each coordinator type: its internal topic and the property giving its partition count
+COORDINATOR_TOPICS = {
+    KEY_TYPE_GROUP: ("__consumer_offsets", "offsets.topic.num.partitions"),
+    KEY_TYPE_TRANSACTION: ("__transaction_state", "transaction.state.log.num.partitions"),
+    KEY_TYPE_SHARE: ("__share_group_state", "share.coordinator.state.topic.num.partitions"),
+}
+DEFAULT_INTERNAL_PARTITIONS = 50
+# APIs served by a partition's leader, by the group coordinator, by the transaction coordinator
+# (the request field naming the transactional id; only requests that name one), and ListGroups
+# (each node lists the groups it coordinates)
+LEADER_APIS = frozenset({0, 1, 2, 21, 23, 61, 78, 79})
+GROUP_APIS = frozenset({8, 9, 11, 12, 13, 14, 15, 28, 42, 47, 68, 69, 76, 77})
+TRANSACTION_FIELDS = {22: "transactional_id", 25: "transactional_id", 26: "transactional_id"}
+ADD_PARTITIONS_TO_TXN, LIST_GROUPS, PRODUCE = 24, 16, 0
+ROUTED = LEADER_APIS | GROUP_APIS | set(TRANSACTION_FIELDS) | {ADD_PARTITIONS_TO_TXN, LIST_GROUPS}
+
+Handler = Callable[[Any, Any], Awaitable[Any]]
+
+
+class SimulatedCluster:
+    def __init__(self, broker: Any, count: int) -> None:
+        if count < 1:
+            raise ValueError("simulated.brokers must be at least 1")
+        self.broker = broker
+        self.first = broker.node_id
+        self.nodes = list(range(self.first, self.first + count))
+        self.down: set[int] = set()
+        self.ports: dict[int, dict[str, int]] = {}  # node -> listener name -> bound port
+
+    # placement -----------------------------------------------------------------------------------
+    def place(self, topic: str, partition: int, factor: int) -> list[int]:
+        """The replicas of a new partition over the live nodes, the first one its preferred leader:
+        consecutive nodes from a start that moves with the partition (leaders spread), the same
+        for the same topic and cluster."""
+        live = self.live_nodes()
+        if factor > len(live):
+            raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR, "Unable to replicate the partition %d time(s): "
+                             "The target replication factor of %d cannot be reached because only %d broker(s) are "
+                             "registered." % (factor, factor, len(live)))
+        start = zlib.crc32(topic.encode()) % len(live) + partition
+        return [live[(start + i) % len(live)] for i in range(factor)]
+
+    def internal_replication(self, config_key: str) -> int:
+        """An internal topic's replication factor: as configured, else Kafka's default 3 (at most N)."""
+        if not self.broker.config.is_default(config_key):
+            return int(self.broker.config[config_key])
+        return min(3, len(self.nodes))
+
+    # the cluster as clients see it ---------------------------------------------------------------
+    def live_nodes(self) -> list[int]:
+        return [n for n in self.nodes if n not in self.down]
+
+    def address(self, node: int, listener: str | None) -> tuple[str, int]:
+        """Where clients reach `node`: the advertised host, and the advertised port + k (or, when
+        the advertised port is the bound one, node k's own bound port)."""
+        host, port = self.broker.advertised(listener)
+        if node == self.first:
+            return host, port
+        name = listener or next(iter(self.ports.get(self.first, {})), "")
+        bound = self.ports.get(node, {}).get(name)
+        if bound is not None and port == self.ports.get(self.first, {}).get(name):
+            return host, bound
+        return host, port + node - self.first
+
+    def assignment(self, topic: str, partition: int) -> tuple[int, list[int], list[int]]:
+        """(leader, replicas, in-sync replicas): the metadata's, or where a topic not yet created
+        (an internal one) would be placed."""
+        info = self.broker.metadata.topic(topic)
+        found = info.assignments.get(partition) if info is not None else None
+        if found is not None:
+            return found.leader, found.replicas, found.isr
+        replicas = self.place(topic, partition, 1)
+        return replicas[0], replicas, replicas
+
+    def coordinator(self, key_type: int, key: str) -> int:
+        """The node coordinating `key` (a group id, transactional id or share-partition key): the
+        leader of its internal topic's partition, -1 when that has no leader."""
+        topic, partitions_key = COORDINATOR_TOPICS[key_type]
+        info = self.broker.metadata.topic(topic)
+        if info is not None:
+            count = info.partitions
+        else:
+            count = int(self.broker.config[partitions_key] or DEFAULT_INTERNAL_PARTITIONS)
+        return self.assignment(topic, partition_for(key, count))[0]
+
+    # lifecycle -----------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Listen as the other nodes; every node is up, so every replica is back in sync."""
+        for listener in self.broker.listeners:
+            self.ports.setdefault(self.first, {})[listener.name] = self.broker.bound_ports[listener.name]
+        for node in self.nodes[1:]:
+            await self._listen(node)
+        for name, info in list(self.broker.metadata.topics.items()):
+            for index, a in sorted(info.assignments.items()):
+                if a.isr != a.replicas or a.leader < 0:
+                    self.broker.metadata.change_partition(name, index, leader=a.replicas[0] if a.leader < 0 else None,
+                                                          isr=list(a.replicas))
+                self._lead(name, index)
+        self.broker.faults.route(self.route, ROUTED)
+        log.info("simulated cluster", nodes=self.nodes, ports=self.ports)
+
+    async def _listen(self, node: int) -> None:
+        offset = node - self.first
+        known = self.ports.get(node, {})
+        for listener in self.broker.listeners:
+            port = known.get(listener.name) or (listener.port + offset if listener.port else 0)
+            bound = await self.broker.server.listen(listener.host, port, listener, node=node)
+            self.ports.setdefault(node, {})[listener.name] = bound
+
+    # routing: what a real cluster answers a node that is the wrong one ---------------------------
+    async def route(self, ctx: Any, request: Any, handler: Handler) -> Any:
+        node = ctx.connection.node if ctx.connection.node is not None else self.first
+        api_key = ctx.api_key
+        if api_key == LIST_GROUPS:
+            response = await handler(ctx, request)
+            response.groups = [g for g in response.groups or () if self.coordinator(KEY_TYPE_GROUP, g.group_id) == node]
+            return response
+        transactional_id = self._transactional_id(api_key, ctx.api_version, request)
+        if transactional_id is not None:
+            code = self._coordinator_error(KEY_TYPE_TRANSACTION, transactional_id, node)
+            if code is not None:
+                return fail_whole(ctx, request, code)
+            return await handler(ctx, request)
+        if api_key in GROUP_APIS:
+            def error_for(key: Key) -> ErrorCode | None:
+                return self._coordinator_error(KEY_TYPE_GROUP, key.group, node) if key.group is not None else None
+        elif api_key in LEADER_APIS:
+            acks_all = api_key == PRODUCE and request.acks == -1
+
+            def error_for(key: Key) -> ErrorCode | None:
+                if key.topic is None or key.partition is None or self.broker.metadata.topic(key.topic) is None:
+                    return None  # the handler answers what does not exist
+                leader, _, isr = self.assignment(key.topic, key.partition)
+                if leader != node:
+                    return E.NOT_LEADER_OR_FOLLOWER
+                if acks_all and len(isr) < self._min_insync_replicas(key.topic):
+                    return E.NOT_ENOUGH_REPLICAS
+                return None
+        else:
+            return await handler(ctx, request)
+        return await answer_in_part(ctx, request, handler, error_for, self._resolve)
+
+    def _coordinator_error(self, key_type: int, key: str, node: int) -> ErrorCode | None:
+        coordinator = self.coordinator(key_type, key)
+        if coordinator == node:
+            return None
+        return E.COORDINATOR_NOT_AVAILABLE if coordinator < 0 else E.NOT_COORDINATOR
+
+    @staticmethod
+    def _transactional_id(api_key: int, version: int, request: Any) -> str | None:
+        if api_key == ADD_PARTITIONS_TO_TXN:
+            return request.v3_and_below_transactional_id if version <= 3 else None
+        field = TRANSACTION_FIELDS.get(api_key)
+        return getattr(request, field) if field is not None else None
+
+    def _resolve(self, topic_id: Any) -> str | None:
+        info = self.broker.metadata.topic_by_id(topic_id)
+        return info.name if info is not None else None
+
+    def _min_insync_replicas(self, topic: str) -> int:
+        info = self.broker.metadata.topic(topic)
+        value = info.configs.get("min.insync.replicas") if info is not None else None
+        return int(value if value is not None else self.broker.config["min.insync.replicas"])
+
+    # faults: the cluster changes -----------------------------------------------------------------
+    async def move_leader(self, topic: str, partition: int, to: int | None = None) -> int:
+        """Make another in-sync replica the leader (`to`, or the next one); returns it."""
+        info = self.broker.metadata.topic(topic)
+        if info is None or partition not in info.assignments:
+            raise ValueError("no partition %s-%d" % (topic, partition))
+        leader, replicas, isr = self.assignment(topic, partition)
+        candidates = [r for r in isr if r != leader and r not in self.down]
+        if to is not None:
+            if to not in candidates:
+                raise ValueError("node %s is not an in-sync replica of %s-%d that is up and not its leader (%s)"
+                                 % (to, topic, partition, candidates))
+            candidates = [to]
+        if not candidates:
+            raise ValueError("%s-%d has no other in-sync replica to lead it (replicas %s, isr %s)"
+                             % (topic, partition, replicas, isr))
+        await self._reload(self._change(topic, partition, candidates[0], None))
+        return candidates[0]
+
+    async def move_coordinator(self, key: str, key_type: int = KEY_TYPE_GROUP, to: int | None = None) -> int:
+        """Move the coordinator of a group (or transactional id) to another node; returns it."""
+        await self._ensure_internal_topic(key_type)
+        topic, _ = COORDINATOR_TOPICS[key_type]
+        info = self.broker.metadata.topic(topic)
+        return await self.move_leader(topic, partition_for(key, info.partitions), to)
+
+    async def node_down(self, node: int) -> None:
+        """The node stops: its ports close, its connections drop, it leaves every ISR and the
+        partitions it led get a new leader among the remaining in-sync replicas (or none). The
+        metadata changes at once (no request sees half of it), as the controller's one batch."""
+        self._check_node(node)
+        if node in self.down:
+            return
+        self.down.add(node)
+        self.broker.server.close_node(None if node == self.first else node)
+        moved = []
+        for name, info in list(self.broker.metadata.topics.items()):
+            for index, a in sorted(info.assignments.items()):
+                if node not in a.isr and a.leader != node:
+                    continue
+                isr = [r for r in a.isr if r != node]
+                leader = next((r for r in isr if r not in self.down), -1) if a.leader == node else None
+                moved += self._change(name, index, leader, isr)
+        log.warning("simulated node down", node=node)
+        await self._reload(moved)
+
+    async def node_up(self, node: int) -> None:
+        """The node is back on its ports; it rejoins the ISR of its replicas and leads the
+        partitions that had no leader."""
+        self._check_node(node)
+        if node not in self.down:
+            return
+        self.down.discard(node)
+        moved = []
+        for name, info in list(self.broker.metadata.topics.items()):
+            for index, a in sorted(info.assignments.items()):
+                if node in a.replicas and node not in a.isr:
+                    isr = [r for r in a.replicas if r in a.isr or r == node]
+                    moved += self._change(name, index, node if a.leader < 0 else None, isr)
+        await self._listen(node)
+        log.warning("simulated node up", node=node)
+        await self._reload(moved)
+
+    def _check_node(self, node: int) -> None:
+        if node not in self.nodes:
+            raise ValueError("no node %s in the simulated cluster (%s)" % (node, self.nodes))
+
+    def _change(self, topic: str, partition: int, leader: int | None, isr: list[int] | None
+                ) -> list[tuple[Any, int, bool]]:
+        """Record a new leader and/or ISR, at once. A new leader starts a new leader epoch on the
+        log, as Kafka's becoming leader does; returns the coordinator partitions to load again
+        (runtime, partition, whether it has a leader)."""
+        self.broker.metadata.change_partition(topic, partition, leader=leader, isr=isr)
+        if leader is None:
+            return []
+        self._lead(topic, partition)
+        log.info("simulated leader change", topic=topic, partition=partition, leader=leader)
+        return [(coordinator.runtime, partition, leader >= 0) for kind, coordinator in self.broker.coordinators()
+                if COORDINATOR_TOPICS[_KEY_TYPES[kind]][0] == topic]
+
+    @staticmethod
+    async def _reload(moved: list[tuple[Any, int, bool]]) -> None:
+        """A coordinator moved: its shard is unloaded (what was in flight: NOT_COORDINATOR) and
+        loaded again from its log where it has a leader."""
+        for runtime, partition, led in moved:
+            await runtime.unload(partition)
+            if led:
+                await runtime.load(partition)
+
+    def _lead(self, topic: str, partition: int) -> None:
+        """The partition's log follows the leader epoch of the metadata."""
+        stored = self.broker.partitions.get(topic, partition)
+        info = self.broker.metadata.topic(topic)
+        if stored is not None and info is not None and partition in info.assignments:
+            stored.become_leader(info.assignments[partition].leader_epoch)
+
+    async def _ensure_internal_topic(self, key_type: int) -> None:
+        if key_type == KEY_TYPE_GROUP:
+            await self.broker.ensure_offsets_topic()
+        elif key_type == KEY_TYPE_TRANSACTION:
+            await self.broker.ensure_transaction_state_topic()
+        else:
+            raise ValueError("coordinators of key type %d cannot be moved" % key_type)
+
+
+_KEY_TYPES = {"group": KEY_TYPE_GROUP, "transaction": KEY_TYPE_TRANSACTION, "share": KEY_TYPE_SHARE}
