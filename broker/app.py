@@ -321,8 +321,7 @@ class Broker:
         self.group_coordinator.delete_share_state = self._delete_share_state
         if self._share_metrics is None:  # registered once (a broker restarted in-process keeps its registry)
             self._share_metrics = ShareMetricsCollector(
-                self.share_manager, lambda: self.group_coordinator.share_group_states(),
-                lambda topic_id: getattr(self.metadata.topic_by_id(topic_id), "name", None))
+                self.share_manager, lambda topic_id: getattr(self.metadata.topic_by_id(topic_id), "name", None))
             self.metrics.registry.register(self._share_metrics)
         else:
             self._share_metrics.manager = self.share_manager

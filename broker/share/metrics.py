@@ -2,7 +2,8 @@
 
 Read when /metrics is scraped, on the event loop like everything they read:
 
-- kafka_share_groups{state}: share groups by state (Kafka's group-count with protocol=share);
+- (share groups by state are kafka_groups{protocol="share"}, members kafka_consumergroup_members:
+  broker/state_metrics.py)
 - kafka_share_sessions: open share sessions;
 - kafka_share_records_*_total: records acquired, redelivered (acquired again), acknowledged
   (ACCEPT), released, rejected, whose acquisition lock expired, archived, written to a dead-letter
@@ -15,7 +16,7 @@ Read when /metrics is scraped, on the event loop like everything they read:
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -36,20 +37,11 @@ _COUNTERS = [
 
 
 class ShareMetricsCollector(Collector):
-    def __init__(self, manager: SharePartitionManager, group_states: Callable[[], Iterable[str]],
-                 topic_name: Callable[[uuid.UUID], str | None]) -> None:
+    def __init__(self, manager: SharePartitionManager, topic_name: Callable[[uuid.UUID], str | None]) -> None:
         self.manager = manager
-        self.group_states = group_states  # the state of every share group ("Empty", "Stable")
         self.topic_name = topic_name
 
     def collect(self) -> Iterator[Metric]:
-        groups = GaugeMetricFamily("kafka_share_groups", "Share groups, per state", labels=["state"])
-        counts: dict[str, int] = {"Empty": 0, "Stable": 0}
-        for state in self.group_states():
-            counts[state] = counts.get(state, 0) + 1
-        for state, n in sorted(counts.items()):
-            groups.add_metric([state], n)
-        yield groups
         yield GaugeMetricFamily("kafka_share_sessions", "Open share sessions", value=len(self.manager.sessions))
         m = self.manager.metrics
         for name, doc in _COUNTERS:

@@ -172,13 +172,6 @@ class GroupCoordinator:
             self.partition_for(group_id), lambda s: s.share.share_group(group_id), "share-group")
         return group
 
-    def share_group_states(self) -> list[str]:
-        """The state of every share group of the loaded shards (for metrics; on the event loop)."""
-        states: list[str] = []
-        for p in self.runtime.active_partitions():
-            states.extend(g.state.value for g in self.runtime.shard(p).groups.values() if isinstance(g, ShareGroup))
-        return states
-
     async def alter_share_group_offsets(self, group_id: str, request: Any) -> share_admin.AlterResult:
         """Raises KafkaError (group-level errors)."""
         def op(s: GroupCoordinatorShard, now: int) -> CoordinatorResult[Any]:
