@@ -108,7 +108,14 @@ def build_listener(config: BrokerConfig, address: Address) -> Listener:
     return listener
 
 
+DEFAULT_PRINCIPAL_BUILDER = "org.apache.kafka.common.security.authenticator.DefaultKafkaPrincipalBuilder"
+
+
 def build_listeners(config: BrokerConfig) -> list[Listener]:
+    builder = str(config["principal.builder.class"] or DEFAULT_PRINCIPAL_BUILDER)
+    if builder != DEFAULT_PRINCIPAL_BUILDER:
+        raise SecurityConfigError("principal.builder.class=%s is not available: only Kafka's %s (with "
+                                  "ssl.principal.mapping.rules) is" % (builder, DEFAULT_PRINCIPAL_BUILDER))
     return [build_listener(config, address) for address in check_listeners(config)]
 
 
