@@ -23,8 +23,10 @@ from typing import Any
 import structlog
 
 from broker import features
-from broker.apis.group import GROUP_OPERATIONS, coordinator_of, request_info
+from broker.apis.group import coordinator_of, request_info
 from broker.apis.registry import api
+from broker.security.acl import AUTHORIZATION_MESSAGES
+from broker.security.authz import Op, Res, authorize, authorized_operations, filter_authorized
 from broker.share.engine import AckBatch, AckType
 from broker.share.manager import PartitionResult, SharePartitionManager
 from broker.share.session import FINAL_EPOCH, INITIAL_EPOCH, TopicIdPartition
@@ -59,6 +61,11 @@ async def handle_share_group_heartbeat(ctx: Any, request: Any) -> Any:
     try:
         if not share_groups_enabled(ctx):
             raise UNSUPPORTED
+        if not authorize(ctx, Op.READ, Res.GROUP, request.group_id):
+            raise KafkaError(E.GROUP_AUTHORIZATION_FAILED, AUTHORIZATION_MESSAGES[E.GROUP_AUTHORIZATION_FAILED])
+        if request.subscribed_topic_names and len(filter_authorized(
+                ctx, Op.DESCRIBE, Res.TOPIC, request.subscribed_topic_names)) < len(set(request.subscribed_topic_names)):
+            return M.ShareGroupHeartbeatResponse(error_code=E.TOPIC_AUTHORIZATION_FAILED)
         coordinator = coordinator_of(ctx)
         if request.member_epoch == 0:
             await ctx.broker.ensure_share_state_topic()
@@ -85,17 +92,35 @@ def _initialize(ctx: Any, group_id: str, topic_partitions: Iterable[Any]) -> Non
 @api(77)
 async def handle_share_group_describe(ctx: Any, request: Any) -> Any:
     group_ids = list(request.group_ids)
+    D = M.ShareGroupDescribeResponse.DescribedGroup
+    denied: list[Any] = []
     try:
         if not share_groups_enabled(ctx):
             raise UNSUPPORTED
-        groups = await coordinator_of(ctx).share_group_describe(group_ids)
+        allowed = [g for g in group_ids if authorize(ctx, Op.DESCRIBE, Res.GROUP, g)]
+        denied = [D(group_id=g, error_code=E.GROUP_AUTHORIZATION_FAILED) for g in group_ids if g not in allowed]
+        groups = await coordinator_of(ctx).share_group_describe(allowed) if allowed else []
     except KafkaError as exc:
-        groups = [M.ShareGroupDescribeResponse.DescribedGroup(group_id=g, error_code=exc.code) for g in group_ids]
+        groups = [D(group_id=g, error_code=exc.code) for g in group_ids if g not in {d.group_id for d in denied}]
     if request.include_authorized_operations:
         for g in groups:
             if g.error_code == E.NONE:
-                g.authorized_operations = GROUP_OPERATIONS
+                g.authorized_operations = authorized_operations(ctx, Res.GROUP, g.group_id)
+    groups = denied + groups
+    if getattr(ctx.broker, "authorizer", None) is not None:
+        groups = [_hide_unauthorized_topics(ctx, g) for g in groups]
     return M.ShareGroupDescribeResponse(groups=groups)
+
+
+def _hide_unauthorized_topics(ctx: Any, group: Any) -> Any:
+    """A group whose members hold topics the principal may not describe is not shown (KafkaApis)."""
+    names = {tp.topic_name for m in group.members or [] if m.assignment is not None
+             for tp in m.assignment.topic_partitions}
+    if len(filter_authorized(ctx, Op.DESCRIBE, Res.TOPIC, names)) == len(names):
+        return group
+    return M.ShareGroupDescribeResponse.DescribedGroup(
+        group_id=group.group_id, error_code=E.TOPIC_AUTHORIZATION_FAILED, members=[],
+        error_message="The group has described topic(s) that the client is not authorized to describe.")
 
 
 # ----- acknowledgements --------------------------------------------------------------------
@@ -113,11 +138,25 @@ def _validate_batches(batches: list[AckBatch], max_type: int) -> bool:
     return True
 
 
+def readable_topics(ctx: Any) -> Any:
+    """The check of READ on a topic (by id) for share fetches and acknowledgements; None: all."""
+    if getattr(ctx.broker, "authorizer", None) is None:
+        return None
+    metadata = ctx.broker.metadata
+
+    def readable(topic_id: uuid.UUID) -> bool:
+        info = metadata.topic_by_id(topic_id)
+        return info is None or authorize(ctx, Op.READ, Res.TOPIC, info.name)
+
+    return readable
+
+
 def _collect_acks(ctx: Any, topics: Iterable[Any]) -> tuple[dict[TopicIdPartition, list[AckBatch]],
                                                            dict[TopicIdPartition, ErrorCode]]:
     """The request's acknowledgements by partition (the same topic may appear several times:
     librdkafka does not group its partitions), and the errors of those that cannot be applied."""
     metadata = ctx.broker.metadata
+    readable = readable_topics(ctx)
     acks: dict[TopicIdPartition, list[AckBatch]] = {}
     errors: dict[TopicIdPartition, ErrorCode] = {}
     for t in topics:
@@ -127,6 +166,9 @@ def _collect_acks(ctx: Any, topics: Iterable[Any]) -> tuple[dict[TopicIdPartitio
             tp = (t.topic_id, p.partition_index)
             if metadata.topic_by_id(t.topic_id) is None:
                 errors[tp] = E.UNKNOWN_TOPIC_ID
+                continue
+            if readable is not None and not readable(t.topic_id):
+                errors[tp] = E.TOPIC_AUTHORIZATION_FAILED
                 continue
             acks.setdefault(tp, []).extend(
                 AckBatch(b.first_offset, b.last_offset, list(b.acknowledge_types)) for b in p.acknowledgement_batches)
@@ -173,6 +215,8 @@ async def handle_share_fetch(ctx: Any, request: Any) -> Any:
     if not share_groups_enabled(ctx):
         return failed(UNSUPPORTED.code, UNSUPPORTED.message)
 
+    if not authorize(ctx, Op.READ, Res.GROUP, group_id):
+        return failed(E.GROUP_AUTHORIZATION_FAILED, AUTHORIZATION_MESSAGES[E.GROUP_AUTHORIZATION_FAILED])
     if not group_id or not member_id:
         return failed(E.INVALID_REQUEST, "A share fetch needs a group id and a member id.")
     version = ctx.api_version
@@ -202,10 +246,13 @@ async def handle_share_fetch(ctx: Any, request: Any) -> Any:
     fetch_results: dict[TopicIdPartition, PartitionResult] = {}
     if session is not None and not renew_only:
         valid: list[TopicIdPartition] = []
+        readable = readable_topics(ctx)
         for tp in session.partitions:
             info = metadata.topic_by_id(tp[0])
             if info is None:
                 fetch_results[tp] = PartitionResult(E.UNKNOWN_TOPIC_ID)
+            elif readable is not None and not readable(tp[0]):
+                fetch_results[tp] = PartitionResult(E.TOPIC_AUTHORIZATION_FAILED)
             elif not 0 <= tp[1] < info.partitions:
                 fetch_results[tp] = PartitionResult(E.UNKNOWN_TOPIC_OR_PARTITION)
             else:
@@ -248,6 +295,9 @@ async def handle_share_acknowledge(ctx: Any, request: Any) -> Any:
     if not share_groups_enabled(ctx):
         return A(error_code=UNSUPPORTED.code, error_message=UNSUPPORTED.message, acquisition_lock_timeout_ms=lock_ms,
                  responses=[], node_endpoints=[])
+    if not authorize(ctx, Op.READ, Res.GROUP, group_id):
+        return A(error_code=E.GROUP_AUTHORIZATION_FAILED, error_message=AUTHORIZATION_MESSAGES[
+            E.GROUP_AUTHORIZATION_FAILED], acquisition_lock_timeout_ms=lock_ms, responses=[], node_endpoints=[])
     if not group_id or not member_id:
         return A(error_code=E.INVALID_REQUEST, acquisition_lock_timeout_ms=lock_ms, responses=[], node_endpoints=[])
     try:

@@ -21,6 +21,8 @@ from typing import Any
 from broker.apis.group import coordinator_of
 from broker.apis.registry import api
 from broker.apis.share import UNSUPPORTED, share_groups_enabled
+from broker.security.acl import AUTHORIZATION_MESSAGES
+from broker.security.authz import Op, Res, authorize
 from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
 
@@ -67,6 +69,9 @@ async def _describe_group(ctx: Any, group: Any) -> Any:
     group_id = group.group_id
     if not share_groups_enabled(ctx):
         return DR.DescribeShareGroupOffsetsResponseGroup(group_id=group_id, error_code=UNSUPPORTED.code, topics=[])
+    if not authorize(ctx, Op.DESCRIBE, Res.GROUP, group_id):
+        return DR.DescribeShareGroupOffsetsResponseGroup(group_id=group_id, error_code=E.GROUP_AUTHORIZATION_FAILED,
+                                                         topics=[])
     if group.topics is not None and not group.topics:
         return DR.DescribeShareGroupOffsetsResponseGroup(group_id=group_id, topics=[])
     try:
@@ -76,12 +81,21 @@ async def _describe_group(ctx: Any, group: Any) -> Any:
             initialized = await coordinator_of(ctx).initialized_share_partitions(group_id)
             for topic_id, partitions in initialized.items():
                 info = broker.metadata.topic_by_id(topic_id)
-                if info is not None:
+                # the offsets of topics the principal may not describe are left out
+                if info is not None and authorize(ctx, Op.DESCRIBE, Res.TOPIC, info.name):
                     wanted.append((topic_id, info.name, partitions))
         else:
             for t in group.topics:
                 info = broker.metadata.topic(t.topic_name)
-                if info is None:
+                if not authorize(ctx, Op.DESCRIBE, Res.TOPIC, t.topic_name):
+                    denied = E.TOPIC_AUTHORIZATION_FAILED
+                    unknown.append(DR.DescribeShareGroupOffsetsResponseTopic(
+                        topic_name=t.topic_name, topic_id=ZERO_UUID, partitions=[
+                            DR.DescribeShareGroupOffsetsResponsePartition(
+                                partition_index=p, start_offset=UNINITIALIZED_START_OFFSET, error_code=denied,
+                                error_message=AUTHORIZATION_MESSAGES[denied])
+                            for p in t.partitions]))
+                elif info is None:
                     unknown.append(DR.DescribeShareGroupOffsetsResponseTopic(
                         topic_name=t.topic_name, topic_id=ZERO_UUID, partitions=[
                             DR.DescribeShareGroupOffsetsResponsePartition(
@@ -107,10 +121,13 @@ async def handle_describe_share_group_offsets(ctx: Any, request: Any) -> Any:
 
 
 # ----- AlterShareGroupOffsets --------------------------------------------------------------
-def _refused(ctx: Any, group_id: str) -> KafkaError | None:
-    """Why an alter or delete is refused before the group is looked at (share.version, group id)."""
+def _refused(ctx: Any, group_id: str, operation: Op) -> KafkaError | None:
+    """Why an alter or delete is refused before the group is looked at (share.version, the
+    principal's READ or DELETE on the group, group id)."""
     if not share_groups_enabled(ctx):
         return UNSUPPORTED
+    if not authorize(ctx, operation, Res.GROUP, group_id):
+        return KafkaError(E.GROUP_AUTHORIZATION_FAILED, AUTHORIZATION_MESSAGES[E.GROUP_AUTHORIZATION_FAILED])
     if not group_id:
         return KafkaError(E.INVALID_GROUP_ID, "The group id is invalid.")
     return None
@@ -120,13 +137,19 @@ def _refused(ctx: Any, group_id: str) -> KafkaError | None:
 async def handle_alter_share_group_offsets(ctx: Any, request: Any) -> Any:
     broker = ctx.broker
     group_id = request.group_id
-    refused = _refused(ctx, group_id)
+    refused = _refused(ctx, group_id, Op.READ)
     if refused is not None:
         return AR(error_code=refused.code, error_message=refused.message, responses=[])
     errors: list[Any] = []
     known = []
     for t in request.topics:
-        if broker.metadata.topic(t.topic_name) is None:
+        if not authorize(ctx, Op.READ, Res.TOPIC, t.topic_name):
+            errors.append(AR.AlterShareGroupOffsetsResponseTopic(topic_name=t.topic_name, partitions=[
+                AR.AlterShareGroupOffsetsResponsePartition(
+                    partition_index=p.partition_index, error_code=E.TOPIC_AUTHORIZATION_FAILED,
+                    error_message=AUTHORIZATION_MESSAGES[E.TOPIC_AUTHORIZATION_FAILED])
+                for p in t.partitions]))
+        elif broker.metadata.topic(t.topic_name) is None:
             errors.append(AR.AlterShareGroupOffsetsResponseTopic(topic_name=t.topic_name, partitions=[
                 AR.AlterShareGroupOffsetsResponsePartition(partition_index=p.partition_index,
                                                            error_code=E.UNKNOWN_TOPIC_OR_PARTITION,
@@ -160,9 +183,14 @@ async def handle_alter_share_group_offsets(ctx: Any, request: Any) -> Any:
 async def handle_delete_share_group_offsets(ctx: Any, request: Any) -> Any:
     broker = ctx.broker
     group_id = request.group_id
-    refused = _refused(ctx, group_id)
+    refused = _refused(ctx, group_id, Op.DELETE)
     if refused is not None:
         return XR(error_code=refused.code, error_message=refused.message, responses=[])
+    denied = [XR.DeleteShareGroupOffsetsResponseTopic(
+        topic_name=t.topic_name, error_code=E.TOPIC_AUTHORIZATION_FAILED,
+        error_message=AUTHORIZATION_MESSAGES[E.TOPIC_AUTHORIZATION_FAILED])
+        for t in request.topics if not authorize(ctx, Op.READ, Res.TOPIC, t.topic_name)]
+    request.topics = [t for t in request.topics if t.topic_name not in {d.topic_name for d in denied}]
     coordinator = coordinator_of(ctx)
     try:
         result = await coordinator.initiate_delete_share_group_offsets(group_id, request)
@@ -170,7 +198,7 @@ async def handle_delete_share_group_offsets(ctx: Any, request: Any) -> Any:
         code, message = _error(exc)
         return XR(error_code=code, error_message=message, responses=[])
     deleted: list[Any] = []
-    errors = list(result.errors)
+    errors = denied + list(result.errors)
     for topic_id, (name, partitions) in result.to_delete.items():
         keys = [(group_id, topic_id, p) for p in partitions]
         try:

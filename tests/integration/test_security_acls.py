@@ -147,3 +147,45 @@ def test_mutual_tls_principal_is_authorized_by_its_mapped_name(tmp_path: Path) -
         assert describe_topic(bob) == E.TOPIC_AUTHORIZATION_FAILED
     finally:
         bt.close()
+
+
+def test_share_group_apis_check_group_and_topic(tmp_path: Path) -> None:
+    """Share APIs as Kafka 4.2's KafkaApis: READ on the group for heartbeats and fetches, DESCRIBE
+    on the subscribed topics, DESCRIBE/READ/DELETE on the group for the offset admin APIs."""
+    import uuid
+
+    bt = SecureBrokerThread(tmp_path, AUTHZ).start()
+    try:
+        bt.create_topic("shared-topic")
+        c = bt.client()
+        assert c.call(CREATE_ACLS, 3, M.CreateAclsRequest(creations=[
+            creation(GROUP, "sg", principal="User:ANONYMOUS")])).results[0].error_code == 0
+        c.close()
+        del bt.properties["super.users"]  # from now on User:ANONYMOUS may READ the group "sg", nothing else
+        bt.restart()
+        c = bt.client()
+        member = uuid.uuid4().hex[:22]
+
+        def heartbeat(group: str) -> Any:
+            return c.call(76, 1, M.ShareGroupHeartbeatRequest(
+                group_id=group, member_id=member, member_epoch=0, rack_id=None,
+                subscribed_topic_names=["shared-topic"]))
+
+        assert heartbeat("other").error_code == E.GROUP_AUTHORIZATION_FAILED
+        assert heartbeat("sg").error_code == E.TOPIC_AUTHORIZATION_FAILED  # the topic is not describable
+        F = M.ShareFetchRequest
+        fetch = c.call(78, 1, F(group_id="other", member_id=member, share_session_epoch=0, max_wait_ms=0,
+                                min_bytes=1, max_bytes=1024, max_records=10, batch_size=10, topics=[],
+                                forgotten_topics_data=[]))
+        assert fetch.error_code == E.GROUP_AUTHORIZATION_FAILED
+        D = M.DescribeShareGroupOffsetsRequest
+        described = c.call(90, 1, D(groups=[D.DescribeShareGroupOffsetsRequestGroup(group_id=g, topics=None)
+                                            for g in ("sg", "other")]))
+        # READ on a group implies DESCRIBE
+        assert [g.error_code for g in described.groups] == [0, E.GROUP_AUTHORIZATION_FAILED]
+        X = M.DeleteShareGroupOffsetsRequest
+        deleted = c.call(92, 0, X(group_id="sg", topics=[X.DeleteShareGroupOffsetsRequestTopic(topic_name="t")]))
+        assert deleted.error_code == E.GROUP_AUTHORIZATION_FAILED  # DELETE is not implied
+        c.close()
+    finally:
+        bt.close()
