@@ -373,29 +373,24 @@ class Broker:
     async def ensure_offsets_topic(self) -> None:
         """Register `__consumer_offsets` in the metadata (Kafka creates it at the first
         FindCoordinator for a group); its logs already exist."""
-        if self.metadata.topic(OFFSETS_TOPIC) is not None:
-            return
-        configs = {
-            "cleanup.policy": "compact",
-            "compression.type": "producer",
-            "segment.bytes": str(self.config["offsets.topic.segment.bytes"]),
-        }
-        await self.create_topic(OFFSETS_TOPIC, int(self.config["offsets.topic.num.partitions"]), configs,
-                                replication_factor=self._internal_replication("offsets.topic.replication.factor"))
+        await self._ensure_internal_topic(OFFSETS_TOPIC, "offsets.topic", "producer")
 
     async def ensure_transaction_state_topic(self) -> None:
         """Register `__transaction_state` in the metadata (Kafka creates it at the first
         FindCoordinator for a transactional id); its logs already exist."""
-        if self.metadata.topic(TRANSACTION_STATE_TOPIC) is not None:
+        await self._ensure_internal_topic(TRANSACTION_STATE_TOPIC, "transaction.state.log", "uncompressed")
+
+    async def _ensure_internal_topic(self, topic: str, prefix: str, compression: str) -> None:
+        """A coordinator's compacted topic, sized by `<prefix>.num.partitions` and `.segment.bytes`."""
+        if self.metadata.topic(topic) is not None:
             return
         configs = {
             "cleanup.policy": "compact",
-            "compression.type": "uncompressed",
-            "segment.bytes": str(self.config["transaction.state.log.segment.bytes"]),
+            "compression.type": compression,
+            "segment.bytes": str(self.config[prefix + ".segment.bytes"]),
         }
-        await self.create_topic(TRANSACTION_STATE_TOPIC, int(self.config["transaction.state.log.num.partitions"]),
-                                configs,
-                                replication_factor=self._internal_replication("transaction.state.log.replication.factor"))
+        await self.create_topic(topic, int(self.config[prefix + ".num.partitions"]), configs,
+                                replication_factor=self._internal_replication(prefix + ".replication.factor"))
 
     def _internal_replication(self, config_key: str) -> int:
         if self.simulated is None:

@@ -23,6 +23,7 @@ import crc32c
 from broker.coordinator.result import LoggedItem, Record, TransactionalRecord, TxnMarker
 from broker.log import AppendOrigin, Log, LogConfig
 from broker.log.group_commit import GroupCommit
+from broker.log.reader import iter_batch_records
 from broker.partition import Partition
 from protocol.primitives import encode_varint
 from protocol.records import (
@@ -39,13 +40,10 @@ from protocol.records import (
     BatchHeader,
     ControlRecordType,
     build_control_batch,
-    decode_batch,
-    iter_batches,
     parse_control_record,
 )
 
-_BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
-_READ_CHUNK = 1 << 20  # RecordBatch v2, up to the first record
+_BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")  # RecordBatch v2, up to the first record
 _UINT32 = struct.Struct(">I")
 
 
@@ -167,29 +165,15 @@ class LogPartitionWriter:
         log = self._existing_log(partition)
         if log is None:
             return
-        offset = log.log_start_offset
-        end = log.log_end_offset
-        while offset < end:
-            data = log.read_bytes(offset, _READ_CHUNK)
-            if not data:
-                break
-            for pos, header in iter_batches(data):
-                if header.next_offset <= offset:
-                    continue  # the part of a compacted batch before the start offset
-                _, records = decode_batch(data, pos)
-                if header.is_control:
-                    if records and header.has_producer_id:
-                        kind, coordinator_epoch = parse_control_record(records[0])
-                        if kind in (ControlRecordType.COMMIT, ControlRecordType.ABORT):
-                            yield TxnMarker(header.producer_id, header.producer_epoch,
-                                            kind is ControlRecordType.COMMIT, coordinator_epoch)
-                elif header.is_transactional:
-                    for r in records:
-                        if r.key is not None and r.offset >= offset:
-                            yield TransactionalRecord(header.producer_id, r.key, r.value)
-                else:
-                    for r in records:
-                        if r.key is not None and r.offset >= offset:
-                            yield r.key, r.value
-                offset = header.next_offset
+        for header, records in iter_batch_records(log):
+            if header.is_control:
+                if records and header.has_producer_id:
+                    kind, coordinator_epoch = parse_control_record(records[0])
+                    if kind in (ControlRecordType.COMMIT, ControlRecordType.ABORT):
+                        yield TxnMarker(header.producer_id, header.producer_epoch, kind is ControlRecordType.COMMIT,
+                                        coordinator_epoch)
+            elif header.is_transactional:
+                yield from (TransactionalRecord(header.producer_id, r.key, r.value) for r in records if r.key is not None)
+            else:
+                yield from ((r.key, r.value) for r in records if r.key is not None)
 

@@ -163,6 +163,15 @@ def append_error_code(exc: BaseException) -> ErrorCode:
     return _APPEND_ERRORS.get(code, code)
 
 
+def operation_error_code(exc: BaseException, coordinator: str) -> ErrorCode:
+    """The error code a failed coordinator operation answers; an unexpected exception is logged
+    and answered UNKNOWN_SERVER_ERROR."""
+    if isinstance(exc, KafkaError):
+        return exc.code
+    log.error("coordinator operation failed", coordinator=coordinator, error=repr(exc))
+    return ErrorCode.UNKNOWN_SERVER_ERROR
+
+
 class PartitionState(enum.Enum):
     LOADING = "loading"
     ACTIVE = "active"

@@ -10,13 +10,13 @@ import pytest
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
 
-from protocol import messages as M  # noqa: E402
 from tests.compat.conftest import create_topic  # noqa: E402
-from tests.harness import BrokerProcess, RawClient, wait_for  # noqa: E402
+from tests.compat.txn_helpers import read_to_end as read_all  # noqa: E402
+from tests.compat.txn_helpers import transaction_state  # noqa: E402
+from tests.harness import BrokerProcess, wait_for  # noqa: E402
 
 # a timed-out transaction is aborted within half a second
 BROKER_OVERRIDES = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"}
-PARTITION_EOF = confluent_kafka.KafkaError._PARTITION_EOF
 
 
 def txn_producer(kafka: BrokerProcess, tid: str, **config: Any) -> Producer:
@@ -26,39 +26,8 @@ def txn_producer(kafka: BrokerProcess, tid: str, **config: Any) -> Producer:
     return p
 
 
-def transaction_state(kafka: BrokerProcess, tid: str) -> str:
-    """The coordinator's state of the transactional id (DescribeTransactions)."""
-    c = RawClient(kafka.port, "txn-test")
-    try:
-        r = c.call(65, 0, M.DescribeTransactionsRequest(transactional_ids=[tid]))
-        return str(r.transaction_states[0].transaction_state)
-    finally:
-        c.close()
-
-
-def read_to_end(kafka: BrokerProcess, topic: str, partitions: int, isolation: str, timeout: float = 20) -> list[bytes]:
-    """Every value up to the end of each partition (the LSO under read_committed)."""
-    c = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": "txn-reader", "enable.auto.commit": False,
-                  "enable.partition.eof": True, "isolation.level": isolation})
-    try:
-        c.assign([TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING) for p in range(partitions)])
-        values: list[bytes] = []
-        eof: set[int] = set()
-        deadline = time.monotonic() + timeout
-        while len(eof) < partitions and time.monotonic() < deadline:
-            msg = c.poll(0.2)
-            if msg is None:
-                continue
-            if msg.error():
-                assert msg.error().code() == PARTITION_EOF, msg.error()
-                eof.add(msg.partition())
-                continue
-            eof.discard(msg.partition())
-            values.append(msg.value())
-        assert len(eof) == partitions, "did not reach the end of every partition"
-        return sorted(values)
-    finally:
-        c.close()
+def read_to_end(kafka: BrokerProcess, topic: str, partitions: int, isolation: str) -> list[bytes]:
+    return sorted(read_all(kafka.bootstrap, topic, partitions, isolation))
 
 
 def test_commit_and_abort(kafka: BrokerProcess, topic_name: str) -> None:
@@ -122,7 +91,7 @@ def test_a_transaction_that_times_out_is_aborted(kafka: BrokerProcess, topic_nam
     p.produce(topic_name, value=b"slow")
     p.flush(30)
     # past the timeout, at the next cleanup the coordinator aborts it
-    wait_for(lambda: transaction_state(kafka, "tx-" + topic_name) == "CompleteAbort", 15, 0.1, "the abort")
+    wait_for(lambda: transaction_state(kafka.port, "tx-" + topic_name) == "CompleteAbort", 15, 0.1, "the abort")
     with pytest.raises(KafkaException):
         p.commit_transaction(30)
     assert read_to_end(kafka, topic_name, 1, "read_committed") == []

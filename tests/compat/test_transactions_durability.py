@@ -7,14 +7,13 @@ Each test runs its own broker process, stopped and restarted on the same data di
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
+from confluent_kafka import KafkaException, Producer  # noqa: E402
 
 from broker.coordinator.log_writer import coordinator_batch  # noqa: E402
 from broker.coordinator.runtime import partition_for  # noqa: E402
@@ -22,13 +21,12 @@ from broker.coordinator.txn.records import parse_key, parse_value, transaction_r
 from broker.coordinator.txn.state import TransactionState  # noqa: E402
 from broker.log import LogConfig, load_log  # noqa: E402
 from broker.log.reader import iter_records  # noqa: E402
-from protocol import messages as M  # noqa: E402
 from tests.compat.conftest import create_topic  # noqa: E402
-from tests.harness import BrokerProcess, RawClient, wait_for  # noqa: E402
+from tests.compat.txn_helpers import read_to_end, transaction_state  # noqa: E402
+from tests.harness import BrokerProcess, wait_for  # noqa: E402
 
 OVERRIDES = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": "500",
              "transaction.state.log.num.partitions": "5"}
-PARTITION_EOF = confluent_kafka.KafkaError._PARTITION_EOF
 
 
 def start(data: Path, port: int | None = None) -> BrokerProcess:
@@ -42,37 +40,8 @@ def txn_producer(bootstrap: str, tid: str, **config: Any) -> Producer:
     return p
 
 
-def read_committed(bootstrap: str, topic: str, partitions: int, timeout: float = 30) -> list[bytes]:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "txn-durability", "enable.auto.commit": False,
-                  "enable.partition.eof": True, "isolation.level": "read_committed"})
-    try:
-        c.assign([TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING) for p in range(partitions)])
-        values: list[bytes] = []
-        eof: set[int] = set()
-        deadline = time.monotonic() + timeout
-        while len(eof) < partitions and time.monotonic() < deadline:
-            msg = c.poll(0.2)
-            if msg is None:
-                continue
-            if msg.error():
-                assert msg.error().code() == PARTITION_EOF, msg.error()
-                eof.add(msg.partition())
-                continue
-            eof.discard(msg.partition())
-            values.append(msg.value())
-        assert len(eof) == partitions
-        return values
-    finally:
-        c.close()
-
-
-def transaction_state(port: int, tid: str) -> str:
-    c = RawClient(port, "txn-test")
-    try:
-        r = c.call(65, 0, M.DescribeTransactionsRequest(transactional_ids=[tid]))
-        return str(r.transaction_states[0].transaction_state)
-    finally:
-        c.close()
+def read_committed(bootstrap: str, topic: str, partitions: int) -> list[bytes]:
+    return read_to_end(bootstrap, topic, partitions, "read_committed", timeout=30)
 
 
 def test_kill_9_while_transactions_commit(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from broker.coordinator.group.shard import GroupCoordinatorShard
 from broker.coordinator.group.share_group import ShareGroup
 from broker.coordinator.group.share_heartbeat import validate_heartbeat_request as validate_share_heartbeat
 from broker.coordinator.result import CoordinatorResult
-from broker.coordinator.runtime import CoordinatorRuntime, PartitionWriter
+from broker.coordinator.runtime import CoordinatorRuntime, PartitionWriter, operation_error_code
 from broker.coordinator.timer import Clock, Timer
 from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
@@ -33,10 +33,7 @@ GROUP_METADATA_TOPIC = "__consumer_offsets"
 
 
 def _code(exc: BaseException) -> ErrorCode:
-    if isinstance(exc, KafkaError):
-        return exc.code
-    log.error("group coordinator operation failed", error=repr(exc))
-    return E.UNKNOWN_SERVER_ERROR
+    return operation_error_code(exc, "group coordinator")
 
 
 class GroupCoordinator:
@@ -292,15 +289,7 @@ class GroupCoordinator:
                 self.partition_for(request.group_id),
                 lambda s, now: s.commit_offsets(request, api_version, now), "commit-offsets")
         except Exception as exc:
-            code = _code(exc)
-            return M.OffsetCommitResponse(topics=[
-                M.OffsetCommitResponse.OffsetCommitResponseTopic(
-                    name=t.name, topic_id=t.topic_id,
-                    partitions=[M.OffsetCommitResponse.OffsetCommitResponsePartition(
-                        partition_index=p.partition_index, error_code=code) for p in t.partitions],
-                )
-                for t in request.topics
-            ])
+            return offset_commit_error(request, _code(exc))
 
     async def fetch_offsets(self, request: Any, require_stable: bool) -> Any:
         """request: OffsetFetchRequest.OffsetFetchRequestGroup; returns an OffsetFetchResponseGroup
@@ -346,15 +335,23 @@ class GroupCoordinator:
             return M.OffsetDeleteResponse(error_code=_code(exc))
 
 
+def _each_partition(cls: Any, topic: Any, code: ErrorCode) -> list[Any]:
+    return [cls(partition_index=p.partition_index, error_code=code) for p in topic.partitions]
+
+
+def offset_commit_error(request: Any, code: ErrorCode) -> Any:
+    """An OffsetCommit response with `code` for every partition of the request."""
+    R = M.OffsetCommitResponse
+    return R(topics=[R.OffsetCommitResponseTopic(name=t.name, topic_id=t.topic_id,
+                                                 partitions=_each_partition(R.OffsetCommitResponsePartition, t, code))
+                     for t in request.topics])
+
+
 def txn_offset_commit_error(request: Any, code: ErrorCode) -> Any:
     """A TxnOffsetCommit response with `code` for every partition of the request."""
     R = M.TxnOffsetCommitResponse
-    return R(topics=[
-        R.TxnOffsetCommitResponseTopic(name=t.name, partitions=[
-            R.TxnOffsetCommitResponsePartition(partition_index=p.partition_index, error_code=code)
-            for p in t.partitions])
-        for t in request.topics
-    ])
+    return R(topics=[R.TxnOffsetCommitResponseTopic(
+        name=t.name, partitions=_each_partition(R.TxnOffsetCommitResponsePartition, t, code)) for t in request.topics])
 
 
 def create_group_coordinator(

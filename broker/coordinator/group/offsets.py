@@ -210,15 +210,12 @@ class OffsetManager:
     def _validate_commit(self, request: Any, api_version: int) -> PartitionCheck | None:
         """The group-level checks (KafkaError for the whole request); for a consumer-protocol member
         committing with an older epoch, the per-partition check that follows (KIP-1251)."""
-        if not request.group_id:
-            raise KafkaError(E.INVALID_GROUP_ID)
-        group = self.groups.get(request.group_id)
         generation = request.generation_id_or_member_epoch
+        # From OffsetCommit v9 an unknown group is GROUP_ID_NOT_FOUND; before, ILLEGAL_GENERATION.
+        group = self._group_for_commit(request.group_id, generation,
+                                       E.GROUP_ID_NOT_FOUND if api_version >= 9 else E.ILLEGAL_GENERATION)
         if group is None:
-            if generation < 0:
-                return None  # a simple group, created when the first record is replayed
-            # From OffsetCommit v9 an unknown group is GROUP_ID_NOT_FOUND; before, ILLEGAL_GENERATION.
-            raise KafkaError(E.GROUP_ID_NOT_FOUND if api_version >= 9 else E.ILLEGAL_GENERATION)
+            return None
         if isinstance(group, ConsumerGroup):
             # KIP-848 members commit with their member epoch, or an older one for partitions they held then
             return group.validate_offset_commit(request.member_id, request.group_instance_id, generation, api_version)
@@ -229,6 +226,16 @@ class OffsetManager:
             if member is not None:
                 self.membership.reschedule_heartbeat(group, member)
         return None
+
+    def _group_for_commit(self, group_id: str, generation: int, unknown: ErrorCode) -> Any:
+        """The group a commit goes to; None for a commit outside group management to a group
+        that does not exist yet (a simple group, created when the first record is replayed)."""
+        if not group_id:
+            raise KafkaError(E.INVALID_GROUP_ID)
+        group = self.groups.get(group_id)
+        if group is None and generation >= 0:
+            raise KafkaError(unknown)
+        return group
 
     # ----- TxnOffsetCommit ----------------------------------------------------------------
     def commit_transactional_offsets(self, request: Any, now: int, markers_seen: int) -> CoordinatorResult[Any]:
@@ -269,14 +276,10 @@ class OffsetManager:
 
     def _validate_transactional_commit(self, request: Any) -> PartitionCheck | None:
         """KIP-447: a member's commit is checked against the group's generation and members."""
-        if not request.group_id:
-            raise KafkaError(E.INVALID_GROUP_ID)
-        group = self.groups.get(request.group_id)
         generation = request.generation_id
+        group = self._group_for_commit(request.group_id, generation, E.ILLEGAL_GENERATION)
         if group is None:
-            if generation < 0:
-                return None  # a simple group, created when the record is replayed
-            raise KafkaError(E.ILLEGAL_GENERATION)
+            return None
         if isinstance(group, ConsumerGroup):
             try:
                 return group.validate_offset_commit(request.member_id, request.group_instance_id, generation, 9)

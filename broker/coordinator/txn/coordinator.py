@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 import structlog
 
-from broker.coordinator.runtime import CoordinatorRuntime, PartitionWriter
+from broker.coordinator.runtime import CoordinatorRuntime, PartitionWriter, operation_error_code
 from broker.coordinator.timer import Clock, Timer
 from broker.coordinator.txn.config import TransactionCoordinatorConfig
 from broker.coordinator.txn.shard import (
@@ -58,10 +58,7 @@ class NoMarkers:
 
 
 def _code(exc: BaseException) -> ErrorCode:
-    if isinstance(exc, KafkaError):
-        return exc.code
-    log.error("transaction coordinator operation failed", error=repr(exc))
-    return E.UNKNOWN_SERVER_ERROR
+    return operation_error_code(exc, "transaction coordinator")
 
 
 class TransactionCoordinator:
