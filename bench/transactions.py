@@ -4,7 +4,8 @@
     python bench/transactions.py --rounds 1 --records 20000
 
 Per round and broker (each started afresh on 127.0.0.1, never two at once):
-  idempotent   `records` records of 1 KB, acks=all, enable.idempotence, linger 10 ms, 1 partition
+  idempotent   `records` records of 1 KB, acks=all, enable.idempotence, linger 10 ms, batch.size
+               1 MB (--batch-size), 1 partition
   txn          the same records in transactions of 1000 (begin, produce, commit), acks=all; the
                time of each commit_transaction() after a flush() is the EndTxn round trip seen by
                the client (the produce requests are all answered before it starts)
@@ -35,6 +36,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 VALUE = b"v" * 1024
 PER_TXN = 1000
 PHASE_LIMIT_S = 120.0
+BATCH_SIZE = [1 << 20]  # the producers' batch.size (--batch-size)
 
 
 def log(msg: str) -> None:
@@ -56,7 +58,7 @@ def create_topics(bootstrap: str, names: list[str]) -> None:
 
 
 def producer_config(bootstrap: str, **extra: Any) -> dict[str, Any]:
-    return {"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 10, "batch.size": 1 << 20,
+    return {"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 10, "batch.size": BATCH_SIZE[0],
             "queue.buffering.max.messages": 200000, "message.timeout.ms": 60000, **extra}
 
 
@@ -201,7 +203,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--records", type=int, default=100000)
     ap.add_argument("--peers", default="ours,tansu")
+    ap.add_argument("--batch-size", type=int, default=1 << 20,
+                    help="the producers' batch.size (librdkafka's default is about 1 MB)")
     args = ap.parse_args()
+    BATCH_SIZE[0] = args.batch_size
     names = [n for n in args.peers.split(",") if n]
     if "tansu" in names and peers.find_tansu() is None:
         log("no tansu binary: skipped")
@@ -234,7 +239,8 @@ def main() -> None:
     for n in names:
         for e in report[n]["summary"]["errors"]:
             print("%s: %s" % (n, e), file=sys.stderr)
-    json.dump({"records": args.records, "per_txn": PER_TXN, "rounds": args.rounds, "results": report},
+    json.dump({"records": args.records, "per_txn": PER_TXN, "rounds": args.rounds, "batch_size": args.batch_size,
+               "results": report},
               sys.stdout, indent=1)
     print()
 
