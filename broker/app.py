@@ -612,13 +612,16 @@ class Broker:
 
     async def create_topic(
         self, name: str, partitions: int, configs: dict[str, str], validate_only: bool = False,
-        replication_factor: int = 1, assignments: list[list[int]] | None = None,
+        replication_factor: int | None = None, assignments: list[list[int]] | None = None,
     ) -> TopicInfo:
         """Create a topic (-1 partitions: num.partitions) with `replication_factor` replicas per
-        partition placed over the cluster's nodes, or the given `assignments` (replicas per
-        partition); raises KafkaError with Kafka's codes."""
+        partition (None: default.replication.factor, as for an auto-created topic) placed over
+        the cluster's nodes, or the given `assignments` (replicas per partition); raises
+        KafkaError with Kafka's codes."""
         if partitions == -1:
             partitions = int(self.config["num.partitions"])
+        if replication_factor is None:
+            replication_factor = int(self.config["default.replication.factor"])
         self.validate_topic_configs(configs)
         if validate_only:
             existing = self.metadata.topic(name)

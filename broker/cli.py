@@ -21,7 +21,9 @@ log = structlog.get_logger("broker")
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m broker",
-        description="A Kafka-compatible broker. Kafka's property names and defaults apply.",
+        description="A Kafka-compatible broker. Kafka's property names and defaults apply; KAFKA_* environment "
+                    "variables set properties as in apache/kafka's image (KAFKA_LOG_DIRS: log.dirs), between the "
+                    "properties file and --override.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=help_text(),
     )
@@ -87,7 +89,7 @@ async def serve(config: BrokerConfig, faults: Faults | None = None) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        config = BrokerConfig.load(args.config_opt or args.config, args.override)
+        config = BrokerConfig.load(args.config_opt or args.config, args.override, os.environ)
         faults = Faults()
         for spec in args.fault:
             faults.arm(parse_fault_spec(spec))

@@ -7,6 +7,7 @@ and `describe()` gives what DescribeConfigs reports (value, source, default flag
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -246,6 +247,34 @@ def _parse(prop: Prop, raw: Any) -> Any:
     return text
 
 
+# Variables of apache/kafka's image that are not broker properties (JVM and log4j settings)
+_NOT_PROPERTIES = frozenset({
+    "KAFKA_VERSION", "KAFKA_HEAP_OPT", "KAFKA_HEAP_OPTS", "KAFKA_LOG4J_OPTS", "KAFKA_OPTS", "KAFKA_JMX_OPTS",
+    "KAFKA_JVM_PERFORMANCE_OPTS", "KAFKA_GC_LOG_OPTS", "KAFKA_LOG4J_ROOT_LOGLEVEL", "KAFKA_LOG4J_LOGGERS",
+    "KAFKA_TOOLS_LOG4J_LOGLEVEL",
+})
+_UNDERSCORES = re.compile("_+")
+
+
+def env_property_name(variable: str) -> str:
+    """A KAFKA_* variable's property, as apache/kafka's image names it: the prefix dropped, `_`
+    becomes `.`, `__` becomes `_`, `___` becomes `-`, lower case (KAFKA_LOG_DIRS: log.dirs)."""
+    runs = {1: ".", 2: "_", 3: "-"}
+    return _UNDERSCORES.sub(lambda m: runs.get(len(m.group()), m.group()), variable[len("KAFKA_"):]).lower()
+
+
+def env_properties(environ: Mapping[str, str]) -> dict[str, str]:
+    """Broker properties from environment variables, as apache/kafka's image takes them:
+    every KAFKA_* variable but its JVM and log4j ones, CLUSTER_ID for cluster.id, and
+    `listeners` derived from `advertised.listeners` (hosts made 0.0.0.0) when not given."""
+    out = {env_property_name(k): v for k, v in environ.items() if k.startswith("KAFKA_") and k not in _NOT_PROPERTIES}
+    if environ.get("CLUSTER_ID"):
+        out.setdefault("cluster.id", environ["CLUSTER_ID"])
+    if "listeners" not in out and out.get("advertised.listeners"):
+        out["listeners"] = re.sub(r"://[^:]*:", "://0.0.0.0:", out["advertised.listeners"])
+    return out
+
+
 def read_properties(path: str | Path) -> dict[str, str]:
     """Java properties files: key=value or key: value, # and ! comments, backslash continuations."""
     out: dict[str, str] = {}
@@ -297,8 +326,12 @@ class BrokerConfig:
             self.raw[key] = ",".join(value) if isinstance(value, list) else str(value)
 
     @classmethod
-    def load(cls, path: str | Path | None = None, overrides: Iterable[str] = ()) -> BrokerConfig:
+    def load(cls, path: str | Path | None = None, overrides: Iterable[str] = (),
+             environ: Mapping[str, str] | None = None) -> BrokerConfig:
+        """The properties file, then the KAFKA_* variables of `environ` (env_properties), then
+        the --override options: each wins over the one before."""
         values: dict[str, Any] = dict(read_properties(path)) if path else {}
+        values.update(env_properties(environ or {}))
         for item in overrides:
             key, sep, value = item.partition("=")
             if not sep:
