@@ -32,6 +32,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from broker.healthcheck import api_versions_frame
+
 REPO = Path(__file__).resolve().parent.parent
 HOST = "127.0.0.1"
 
@@ -96,34 +98,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _api_versions_frame(host: str, port: int, timeout: float) -> bytes | None:
-    """Send ApiVersions v0, return the response frame (without its size), None if unreachable."""
-    body = struct.pack(">hhih", 18, 0, 1, 5) + b"bench"
-    try:
-        with socket.create_connection((host, port), timeout=timeout) as s:
-            s.sendall(struct.pack(">i", len(body)) + body)
-            buf = b""
-            while len(buf) < 4 or len(buf) < 4 + struct.unpack(">i", buf[:4])[0]:
-                chunk = s.recv(65536)
-                if not chunk:
-                    return None
-                buf += chunk
-                if len(buf) >= 4 and not 6 <= struct.unpack(">i", buf[:4])[0] < 1 << 20:
-                    return None
-            return buf[4:]
-    except OSError:
-        return None
-
-
 def probe_api_versions(host: str, port: int, timeout: float = 2.0) -> bool:
     """True when the port answers an ApiVersions v0 request with a frame."""
-    return _api_versions_frame(host, port, timeout) is not None
+    return api_versions_frame(host, port, timeout) is not None
 
 
 def api_keys(bootstrap: str, timeout: float = 5.0) -> set[int] | None:
     """The API keys a broker advertises (ApiVersions v0), or None when it cannot be read."""
     host, port = bootstrap.rsplit(":", 1)
-    frame = _api_versions_frame(host, int(port), timeout)
+    frame = api_versions_frame(host, int(port), timeout)
     if frame is None or len(frame) < 10:
         return None
     _corr, err, n = struct.unpack_from(">ihi", frame)
