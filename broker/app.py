@@ -29,6 +29,7 @@ from broker.coordinator.txn.config import CONFIG_KEYS as TXN_CONFIG_KEYS
 from broker.features import TRANSACTION_VERSION
 from broker.http_endpoint import HttpEndpoint
 from broker.log import AppendOrigin, Log, LogCleaner, LogConfig, LogManager
+from broker.log.handles import OPEN_FILES, descriptor_limit
 from broker.log.reader import iter_records
 from broker.log_dirs import LogDirMover
 from broker.metadata import RESOURCE_CLIENT_METRICS, RESOURCE_GROUP, RESOURCE_TOPIC, MetadataStore, TopicInfo
@@ -181,6 +182,7 @@ class Broker:
         for d in self.config.log_dirs:
             cluster_id = ensure_meta_properties(Path(d), self.node_id, cluster_id)
         self.cluster_id = cluster_id
+        OPEN_FILES.configure(int(self.config["log.open.files.max"]))
         stats = await asyncio.to_thread(self.logs.startup)
         metadata_log = self.logs.get_or_create_log(METADATA_TOPIC, 0)
         self.metadata = MetadataStore(LogMetadataLog(metadata_log), self.node_id)
@@ -211,7 +213,8 @@ class Broker:
         self._start_background()
         log.info("broker started", node_id=self.node_id, cluster_id=self.cluster_id, ports=self.ports,
                  log_dirs=self.config.log_dirs, topics=len(self.metadata.topics),
-                 recovery_seconds=round(stats.seconds, 3), recovered_segments=stats.recovered_segments)
+                 recovery_seconds=round(stats.seconds, 3), recovered_segments=stats.recovered_segments,
+                 partitions=stats.logs, descriptor_limit=descriptor_limit(), open_files_max=OPEN_FILES.capacity)
 
     def _offsets_log_config(self) -> LogConfig:
         return internal_topic_log_config(self.default_log_config, int(self.config["offsets.topic.segment.bytes"]))
@@ -411,6 +414,8 @@ class Broker:
             # the cleaner reads the last stable offsets here, on the event loop, then cleans in a thread
             backoff = int(self.config["log.cleaner.backoff.ms"]) / 1000.0
             self._tasks.append(loop.create_task(self._every(backoff, self._clean_logs, False)))
+        idle_s = max(0.01, int(self.config["log.open.files.idle.ms"]) / 1000.0)
+        self._tasks.append(loop.create_task(self._every(idle_s, OPEN_FILES.close_idle, False)))
         # producer state belongs to the event loop thread: this one runs there
         self._tasks.append(loop.create_task(self._every(PRODUCER_EXPIRATION_CHECK_S, self._expire_producers, False)))
 

@@ -118,6 +118,11 @@ _PROPS: list[Prop] = [
     Prop("log.message.timestamp.before.max.ms", "long", LONG_MAX, "Allowed age of a CreateTime timestamp.", False),
     Prop("log.message.timestamp.after.max.ms", "long", 3600000, "Allowed future skew of a timestamp.", False),
     Prop("log.preallocate", "boolean", False, "Preallocate segment files.", False),
+    Prop("log.open.files.max", "int", -1,
+         "Not in Kafka: the most segment and index files held open at once (the least recently used is "
+         "closed first; files reopen on demand). -1: a quarter of the process's descriptor limit."),
+    Prop("log.open.files.idle.ms", "long", 60000,
+         "Not in Kafka: segment and index files unused for this long (up to twice as long) are closed."),
     Prop("compression.type", "string", "producer", "Compression of stored batches; producer keeps theirs.", False),
     Prop("compression.gzip.level", "int", -1, "Gzip level when compression.type is gzip.", False),
     Prop("compression.lz4.level", "int", 9, "Lz4 level when compression.type is lz4.", False),

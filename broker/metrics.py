@@ -12,10 +12,11 @@ import threading
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from broker.log.handles import OPEN_FILES
 from protocol.messages import REQUESTS
 
 
@@ -122,3 +123,7 @@ class _Collector(Collector):
         with m._flush_lock:
             m.log_flush.add_to(flush, [])
         yield flush
+        yield GaugeMetricFamily("kafka_log_open_files", "Segment and index files held open", value=len(OPEN_FILES))
+        yield CounterMetricFamily(
+            "kafka_log_file_opens", "Segment and index files opened (reopens included)", value=OPEN_FILES.opened
+        )

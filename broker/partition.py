@@ -324,6 +324,7 @@ class PartitionManager:
             log = self.logs.get_or_create_log(topic, index, config)
             partition = Partition(topic, index, topic_id, log)
             partition.rebuild_producer_state()
+            log.release_handles()  # the scan opened every segment: a broker start must not keep them
             self.partitions[(topic, index)] = partition
         return partition
 

@@ -32,6 +32,7 @@ from typing import Any
 import structlog
 
 from broker.apis import APIS, error_response
+from broker.log.handles import OPEN_FILES, descriptor_limit
 from broker.log.segment import FileSlice
 from broker.security.connection import TlsAcceptor, new_authenticator, tls_principal
 from broker.security.listeners import Listener
@@ -127,6 +128,8 @@ class Connection(asyncio.BufferedProtocol):
             self.sasl = new_authenticator(listener, self.server.broker)
             self.splitter.max_size = listener.sasl.max_receive_size  # sasl.server.max.receive.size
         self.server.connections.add(self)
+        if len(self.server.connections) >= self.server.connections_warn_at:
+            self.server.warn_descriptors()
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self.splitter.get_buffer(sizehint)
@@ -495,10 +498,24 @@ class KafkaServer:
         self.intercepts: dict[int, Callable[[Any, Any, Any], Awaitable[Any]]] = {}
         self.quotas: Any = None  # broker.security.quotas.ClientQuotas, set once the metadata is loaded
         self._reaper: asyncio.Task[None] | None = None
+        # Connections and log files share the process's descriptors: past the limit a new
+        # connection is closed at once (uvloop) or accepting pauses (asyncio), without a word.
+        self.connections_warn_at = max(64, descriptor_limit() - OPEN_FILES.capacity - 64)
+        self._warned_at = -1e9
+
+    def warn_descriptors(self) -> None:
+        """Say clearly (at most once a minute) that the descriptor limit is near."""
+        now = time.monotonic()
+        if now - self._warned_at >= 60:
+            self._warned_at = now
+            log.warning("near the descriptor limit: new connections may be refused", connections=len(self.connections),
+                        open_log_files=len(OPEN_FILES), descriptor_limit=descriptor_limit(),
+                        hint="raise ulimit -n, or lower log.open.files.max")
 
     async def listen(self, host: str, port: int, listener: Listener | None = None, node: int | None = None) -> int:
         """Accept connections on host:port; `node`: as that node of a simulated cluster."""
         loop = asyncio.get_running_loop()
+        self.connections_warn_at = max(64, descriptor_limit() - OPEN_FILES.capacity - 64)  # configured by now
         if self._reaper is None:
             self._reaper = loop.create_task(self._close_idle())
         if listener is not None and listener.uses_tls:

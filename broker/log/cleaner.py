@@ -271,7 +271,7 @@ class LogCleaner:
             out.flush()  # durable before the swap, outside the log lock
         except BaseException:
             out.delete_files()
-            out.file.close()
+            out.close()
             raise
         return out
 

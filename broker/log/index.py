@@ -17,6 +17,8 @@ import os
 import struct
 from collections.abc import Callable, Iterable
 
+from broker.log.handles import FileHandle, PooledFile
+
 _OFFSET_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
 
@@ -34,8 +36,9 @@ class _Index:
         self.max_entries = 1
         self.set_max_size(max_index_bytes)
         self._buf = bytearray()
-        self._fd: int | None = None
+        self._file = PooledFile(path, os.O_RDWR | os.O_CREAT)  # opened at the first write (handles.py)
         self._dirty = False  # written since the last fsync
+        self._stale = False  # the file does not hold the entries yet (a rebuild at start-up): write_pending()
         self._deferred = False  # entries kept in memory until finish_deferred() (bulk rebuilds)
         self._detached = False  # the segment is being deleted: never touch the file again
         self._last: tuple[int, int] = self._empty_last()  # decoded last entry (hot path)
@@ -68,12 +71,12 @@ class _Index:
         if len(data) % self.entry.size:
             raise CorruptIndexError(f"{self.path}: size {len(data)} is not a multiple of {self.entry.size}")
         self._buf = bytearray(data)
+        self._stale = False
         self._changed()
 
-    def _writer(self) -> int:
-        if self._fd is None:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        return self._fd
+    def _writer(self) -> FileHandle:
+        """The file's handle for a write (keep it while its fd is in use)."""
+        return self._file.handle()
 
     def rewrite(self, entries: Iterable[tuple[int, int]]) -> None:
         """Replace every entry."""
@@ -84,10 +87,16 @@ class _Index:
         """From now on changes stay in memory (a reader may still lazily load a deleted segment)."""
         self.close()
         self._detached = True
+        self._stale = False
 
     def _append_raw(self, raw: bytes) -> None:
+        if self._stale:
+            self._buf += raw
+            self.write_pending()
+            return
         if not (self._deferred or self._detached):
-            os.pwrite(self._writer(), raw, len(self._buf))
+            handle = self._writer()
+            os.pwrite(handle.fd, raw, len(self._buf))
             self._dirty = True
         self._buf += raw
 
@@ -98,18 +107,46 @@ class _Index:
         self._deferred = True
 
     def finish_deferred(self) -> None:
+        """End of a rebuild: the entries are complete in memory. The file is written later (the
+        next append, truncation or flush: `write_pending`), and only when it does not hold them
+        already. A start-up after a crash rebuilds the indexes of thousands of segments, mostly to
+        what they were; writing them all would cost it its time (a second crash meanwhile finds
+        the segment past the recovery point, and rebuilds it again)."""
         self._deferred = False
-        self.rewrite_raw(bytes(self._buf))
-
-    def rewrite_raw(self, data: bytes) -> None:
-        self._buf = bytearray(data)
         self._changed()
         if self._detached:
             return
-        fd = self._writer()
-        os.ftruncate(fd, 0)
+        if os.path.exists(self.path):
+            self._stale = True
+        else:
+            self.rewrite_raw(bytes(self._buf))  # a segment has its index files at all times
+
+    def write_pending(self) -> None:
+        """Write the entries of a rebuild, unless the file holds them already (as it mostly does)."""
+        if not self._stale:
+            return
+        try:
+            with open(self.path, "rb") as f:
+                same = f.read(len(self._buf) + 1) == self._buf
+        except FileNotFoundError:
+            same = False
+        if same:
+            self._stale = False
+        else:
+            self.rewrite_raw(bytes(self._buf))
+
+    def rewrite_raw(self, data: bytes) -> None:
+        self._buf = bytearray(data)
+        self._stale = False
+        self._changed()
+        if self._detached:
+            return
+        handle = self._writer()
+        # Write, then cut to size (not the other way round: ext4 flushes a file truncated to
+        # zero and rewritten when it is closed).
         if data:
-            os.pwrite(fd, data, 0)
+            os.pwrite(handle.fd, data, 0)
+        os.ftruncate(handle.fd, len(data))
         self._dirty = True
 
     def _truncate_entries(self, n: int) -> None:
@@ -117,41 +154,38 @@ class _Index:
         if size < len(self._buf):
             del self._buf[size:]
             self._changed()
-            if not self._detached:
-                os.ftruncate(self._writer(), size)
+            if self._stale:
+                self.write_pending()
+            elif not self._detached:
+                handle = self._writer()
+                os.ftruncate(handle.fd, size)
                 self._dirty = True
 
     def flush(self) -> None:
-        """fsync when written since the last flush (reopening the file if its handle was released)."""
+        """fsync when written since the last flush (through the open handle, or the path when the
+        handle was dropped: an fsync of any descriptor of the file makes its writes durable)."""
+        self.write_pending()
         if not self._dirty:
             return
         self._dirty = False
-        fd = self._fd
-        if fd is not None:
-            try:
-                os.fsync(fd)
-                return
-            except OSError:
-                pass  # the handle was released concurrently (roll): sync through the path
         try:
-            fd = os.open(self.path, os.O_RDONLY)
+            self._file.fsync()
         except FileNotFoundError:
-            return  # renamed or deleted meanwhile: nothing left to make durable
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+            pass  # renamed or deleted meanwhile: nothing left to make durable
 
     def close(self) -> None:
         """Release the write handle (the entries stay readable in memory)."""
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        self._file.close()
+
+    @property
+    def is_open(self) -> bool:
+        return self._file.is_open
 
     def rename(self, path: str) -> None:
         if os.path.exists(self.path):
             os.replace(self.path, path)
         self.path = path
+        self._file.rename(path)
 
     # -- entries -----------------------------------------------------------------------------
 

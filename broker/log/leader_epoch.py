@@ -20,6 +20,7 @@ class LeaderEpochCache:
     def __init__(self, directory: str, entries: list[tuple[int, int]] | None = None) -> None:
         self.path = os.path.join(directory, LEADER_EPOCH_CHECKPOINT)
         self.entries: list[tuple[int, int]] = list(entries or [])
+        self._written: list[tuple[int, int]] | None = None  # what the file holds, when known
 
     @classmethod
     def load(cls, directory: str) -> LeaderEpochCache:
@@ -27,11 +28,32 @@ class LeaderEpochCache:
             entries = read_leader_epochs(os.path.join(directory, LEADER_EPOCH_CHECKPOINT))
         except CheckpointError:
             entries = []  # rebuilt from the batches' epochs by recovery when needed
-        return cls(directory, sorted(entries))
+        cache = cls(directory, sorted(entries))
+        cache._written = list(cache.entries)
+        return cache
 
     def write(self) -> None:
         if os.path.isdir(os.path.dirname(self.path)):
             write_leader_epochs(self.path, self.entries)
+            self._written = list(self.entries)
+
+    @property
+    def pending(self) -> bool:
+        """Whether the file lags the entries: recovery changed them (see `recovered`)."""
+        return self._written is not None and self.entries != self._written
+
+    def recovered(self) -> None:
+        """After recovery: the file is written at the log's next flush (`write_pending`), not now.
+        What recovery derives from batches past the recovery point it derives again after
+        another crash, as long as the recovery point has not moved past them (a start-up after a
+        crash would otherwise create a new file per partition; Kafka too writes the truncations
+        of recovery later, in the background)."""
+        if self._written is None:
+            self._written = []
+
+    def write_pending(self) -> None:
+        if self.pending:
+            self.write()
 
     @property
     def latest_epoch(self) -> int | None:

@@ -102,8 +102,10 @@ def load_log(
     started = _time.perf_counter()
     topic, partition = parse_partition_dir(os.path.basename(os.path.normpath(directory)))
     stats = LoadStats()
-    _complete_interrupted_swaps(directory, stats)
-    segments = _open_segments(directory, config, time())
+    names = _file_names(directory)
+    if _complete_interrupted_swaps(directory, names, stats):
+        names = _file_names(directory)
+    segments = _open_segments(directory, names, config, time())
     epoch_cache = LeaderEpochCache.load(directory)
 
     recovered_from: int | None = None  # base offset of the first segment recovered
@@ -130,8 +132,9 @@ def load_log(
     start = max(log_start_offset, segments[0].base_offset)
     point = log_end if had_clean_shutdown else min(recovery_point, log_end)
 
-    if epoch_cache.truncate_from_end(log_end) | epoch_cache.truncate_from_start(start):
-        epoch_cache.write()
+    epoch_cache.truncate_from_end(log_end)
+    epoch_cache.truncate_from_start(start)
+    epoch_cache.recovered()
     log = Log(
         directory,
         topic,
@@ -145,6 +148,9 @@ def load_log(
     )
     # the aborted-transaction indexes of recovered segments are rebuilt with the producer state
     log.recovered_from = recovered_from
+    # Recovery opened and rebuilt files of every segment it touched: none stays open (a broker
+    # with many partitions would hold three descriptors each); they reopen at their next use.
+    log.release_handles()
     stats.segments = len(segments)
     stats.seconds = _time.perf_counter() - started
     return log, stats
@@ -184,14 +190,12 @@ def _recover_unflushed(
             doomed = segments[i + 1 :]
             for later in doomed:
                 later.delete_files()
-                later.file.close()
+                later.close()
             stats.deleted_segments += len(doomed)
             del segments[i + 1 :]
             break
     if changed:
         fsync_dir(directory)
-    if epoch_cache.entries:
-        epoch_cache.write()
     return segments[first].base_offset if first < len(segments) else None
 
 
@@ -206,13 +210,15 @@ def _segment(directory: str, base: int, config: LogConfig, now_ms: int, create: 
     )
 
 
-def _open_segments(directory: str, config: LogConfig, now_ms: int) -> list[LogSegment]:
-    names = sorted(os.listdir(directory))
+def _file_names(directory: str) -> list[str]:
+    """The regular files of a partition directory, sorted (one directory read, no stat per file)."""
+    with os.scandir(directory) as entries:
+        return sorted(e.name for e in entries if e.is_file())
+
+
+def _open_segments(directory: str, names: list[str], config: LogConfig, now_ms: int) -> list[LogSegment]:
     logs = {}
     for name in names:
-        path = os.path.join(directory, name)
-        if not os.path.isfile(path):
-            continue
         base = _offset_of(name)
         if base is None:
             continue
@@ -229,18 +235,18 @@ def _open_segments(directory: str, config: LogConfig, now_ms: int) -> list[LogSe
     return [_segment(directory, base, config, now_ms) for base in sorted(logs)]
 
 
-def _complete_interrupted_swaps(directory: str, stats: LoadStats) -> None:
+def _complete_interrupted_swaps(directory: str, names: list[str], stats: LoadStats) -> bool:
+    """Remove leftovers of deletions and cleanings, complete cut-short swaps; True when files changed."""
     swaps: list[str] = []
-    for name in os.listdir(directory):
-        path = os.path.join(directory, name)
-        if not os.path.isfile(path):
-            continue
+    removed = False
+    for name in names:
         if name.endswith((DELETED_SUFFIX, CLEANED_SUFFIX)) or name.endswith(".tmp"):
-            os.unlink(path)
+            os.unlink(os.path.join(directory, name))
+            removed = True
         elif name.endswith(SWAP_SUFFIX):
             swaps.append(name)
     if not swaps:
-        return
+        return removed
     # The cleaned data in the .swap log files replaces every segment in [first base, last next offset).
     lo, hi = None, None
     for name in swaps:
@@ -262,6 +268,7 @@ def _complete_interrupted_swaps(directory: str, stats: LoadStats) -> None:
         os.replace(path, path[: -len(SWAP_SUFFIX)])
         stats.swaps_completed += 1
     fsync_dir(directory)
+    return True
 
 
 def _next_offset_of(path: str, base: int) -> int:

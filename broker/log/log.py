@@ -529,6 +529,8 @@ class Log:
         if self.flush_observer is not None:
             self.flush_observer(time.perf_counter() - started)
         with self._lock:
+            # what recovery derived from the batches must be on disk before they are below the recovery point
+            self.epoch_cache.write_pending()
             self.recovery_point = max(self.recovery_point, min(target, self.log_end_offset))
             self._last_flush_ms = self.time()
             return self.recovery_point
@@ -755,10 +757,18 @@ class Log:
                 seg.close()
         self.flush()
         with self._lock:
+            self.epoch_cache.write_pending()
             for seg in self._segments:
                 seg.flush_indexes()
+                seg.release_handles()
             self.delete_pending_files(force=True)
             self.closed = True
+
+    def release_handles(self) -> None:
+        """Give every open file back to the pool (they reopen on demand)."""
+        with self._lock:
+            for seg in self._segments:
+                seg.release_handles()
 
     def close_handles(self) -> None:
         """Release write handles without flushing (the directory is about to be deleted)."""

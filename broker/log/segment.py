@@ -1,9 +1,11 @@
 """One log segment: `<base>.log` (record batches back to back) with its `.index` and `.timeindex`.
 
-The segment file is opened once; readers get slices of it (`FileSlice`) that keep the file
-object alive, so a segment deleted by retention or replaced by the cleaner stays readable
-through slices already handed out (an open descriptor survives unlink on Linux; we never close
-a segment's file while it may be shared, the last reference does).
+The segment's files are opened on demand through the process's pool of open files
+(broker/log/handles.py), which closes the least recently used and the idle ones: a broker with
+many partitions holds descriptors only for those in use. Readers get slices of the file
+(`FileSlice`) that hold its open handle, so a segment deleted by retention or replaced by the
+cleaner stays readable through slices already handed out (an open descriptor survives unlink on
+Linux; a handle's descriptor closes when its last holder lets go, never under a reader).
 
 Indexes are loaded lazily (on first lookup) and sanity-checked then; a failed check rebuilds
 them from the batch headers. `recover()` is the crash path: every batch is checked (length,
@@ -12,13 +14,13 @@ magic, CRC-32C) and the file is truncated at the first invalid byte.
 
 from __future__ import annotations
 
-import io
 import mmap
 import os
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from broker.log.handles import FileHandle, PooledFile
 from broker.log.index import CorruptIndexError, OffsetIndex, TimeIndex
 from broker.log.txn_index import TransactionIndex
 from protocol.errors import ErrorCode, KafkaError, ProtocolError
@@ -65,19 +67,19 @@ def all_segment_paths(directory: str, base_offset: int, suffix: str = "") -> tup
 class FileSlice:
     """A byte range of a segment file: whole record batches, ready for os.sendfile or `read()`."""
 
-    file: io.FileIO | None
+    file: FileHandle | None
     position: int
     length: int
 
     def fileno(self) -> int:
         if self.file is None:
             raise ValueError("empty slice has no file")
-        return self.file.fileno()
+        return self.file.fd
 
     def read(self) -> bytes:
         if not self.length or self.file is None:
             return b""
-        return read_exact(self.file.fileno(), self.position, self.length)
+        return read_exact(self.file.fd, self.position, self.length)
 
     def __len__(self) -> int:
         return self.length
@@ -146,10 +148,12 @@ class LogSegment:
         self.base_offset = base_offset
         self.suffix = suffix
         self.log_path, index_path, time_index_path = segment_paths(directory, base_offset, suffix)
-        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
-        fd = os.open(self.log_path, flags, 0o644)
-        self.file = io.FileIO(fd, "r+", closefd=True)
-        self.size = os.fstat(fd).st_size
+        if create:
+            self._file, _ = PooledFile.create(self.log_path, os.O_RDWR)  # written at once: kept open
+            self.size = 0
+        else:
+            self._file = PooledFile(self.log_path, os.O_RDWR)  # opened at its first use
+            self.size = os.stat(self.log_path).st_size
         self.index_interval_bytes = index_interval_bytes
         self.offset_index = OffsetIndex(index_path, base_offset, max_index_bytes)
         self.time_index = TimeIndex(time_index_path, base_offset, max_index_bytes)
@@ -175,8 +179,9 @@ class LogSegment:
     # -- lazily loaded facts ---------------------------------------------------------------------
 
     @property
-    def fd(self) -> int:
-        return self.file.fileno()
+    def file(self) -> FileHandle:
+        """The open log file (opened now if the pool had dropped it); hold it while its fd is used."""
+        return self._file.handle()
 
     @property
     def next_offset(self) -> int:
@@ -210,9 +215,10 @@ class LogSegment:
         """maxTimestamp of the first batch (Kafka's base for segment.ms), -1 when unknown."""
         if self._rolling_timestamp is None:
             if self.size >= RECORD_BATCH_OVERHEAD:
+                handle = self.file
                 try:
                     self._rolling_timestamp = parse_batch_header(
-                        os.pread(self.fd, RECORD_BATCH_OVERHEAD, 0)
+                        os.pread(handle.fd, RECORD_BATCH_OVERHEAD, 0)
                     ).max_timestamp
                 except ProtocolError:
                     self._rolling_timestamp = -1
@@ -263,7 +269,7 @@ class LogSegment:
         has_entries = self.offset_index.entries > 0
         expected = self.base_offset
         end = start
-        for pos, header in walk_headers(self.fd, start, self.size):
+        for pos, header in walk_headers(self.file, start, self.size):
             if pos - start > self.index_interval_bytes or header.base_offset < expected:
                 return False
             if pos == start and has_entries and header.last_offset != last_offset:
@@ -284,7 +290,7 @@ class LogSegment:
         self._start_rebuild()
         end = 0
         try:
-            for pos, header in walk_headers(self.fd, 0, self.size):
+            for pos, header in walk_headers(self.file, 0, self.size):
                 self._index_batch(header, pos)
                 end = pos + header.size
         except ProtocolError:
@@ -293,6 +299,9 @@ class LogSegment:
             # Bytes we cannot parse below the recovery point: keep them out of reach of readers.
             self.size = end
         self._finish_rebuild()
+        # Below the recovery point nothing rebuilds them after a crash: write them now.
+        self.offset_index.write_pending()
+        self.time_index.write_pending()
 
     def _start_rebuild(self) -> None:
         self.offset_index.start_deferred()
@@ -332,11 +341,12 @@ class LogSegment:
         """Validate every batch (length, magic, CRC, offsets ascending) and truncate at the first invalid
         byte. Rebuilds the indexes. Returns the number of bytes truncated."""
         self._start_rebuild()
-        file_size = os.fstat(self.fd).st_size
+        handle = self.file
+        file_size = os.fstat(handle.fd).st_size
         valid = 0
         if file_size:
             expected = max(self.base_offset, expected_next_offset or self.base_offset)
-            with mmap.mmap(self.fd, file_size, access=mmap.ACCESS_READ) as mm:
+            with mmap.mmap(handle.fd, file_size, access=mmap.ACCESS_READ) as mm:
                 if hasattr(mmap, "MADV_SEQUENTIAL"):
                     # Aggressive read-ahead: a cold scan takes about half the time.
                     # (MAP_POPULATE was measured too: no better, and it blocks up front.)
@@ -345,7 +355,7 @@ class LogSegment:
                     valid = self._scan(view, file_size, expected, on_batch)
         truncated = file_size - valid
         if truncated:
-            os.ftruncate(self.fd, valid)
+            os.ftruncate(handle.fd, valid)
         self.size = valid
         self._finish_rebuild()
         return truncated
@@ -380,7 +390,8 @@ class LogSegment:
         all), `headers` their positions relative to the first byte. Returns the file position."""
         self.ensure_loaded()
         position = self.size
-        write_chunks(self.fd, chunks, size, position)
+        handle = self._file.handle()
+        write_chunks(handle.fd, chunks, size, position)
         self.size = position + size
         for rel, header in headers:
             if self._rolling_timestamp is None and position + rel == 0:
@@ -406,7 +417,8 @@ class LogSegment:
         if position is None:
             return 0
         removed = self.size - position
-        os.ftruncate(self.fd, position)
+        handle = self.file
+        os.ftruncate(handle.fd, position)
         self.size = position
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
@@ -418,7 +430,7 @@ class LogSegment:
         return removed
 
     def flush(self) -> None:
-        os.fsync(self.fd)
+        self._file.fsync()
         self.flush_indexes()
 
     def flush_indexes(self) -> None:
@@ -427,21 +439,24 @@ class LogSegment:
         self.txn_index.flush()
 
     def close(self) -> None:
-        """Clean close: final time index entry, handles released (the file object closes when unreferenced)."""
+        """Clean close: final time index entry, handles released (a reader holding one keeps it)."""
         if self._loaded:
             self.time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
+        self.release_handles()
+
+    def release_handles(self) -> None:
+        """Give the open files back to the pool now (reopened on demand at the next use)."""
+        self._file.close()
         self.offset_index.close()
         self.time_index.close()
 
-    def close_file(self) -> None:
-        self.close()
-        self.file.close()
+    @property
+    def holds_handles(self) -> bool:
+        return self._file.is_open or self.offset_index.is_open or self.time_index.is_open
 
     def abandon(self) -> None:
         """Release the handles without writing anything more (see Log.abandon)."""
-        self.offset_index.close()
-        self.time_index.close()
-        self.file.close()
+        self.release_handles()
 
     # -- reads ---------------------------------------------------------------------------------------
 
@@ -451,7 +466,7 @@ class LogSegment:
         self.ensure_loaded()
         end = self.size if size is None else size
         _, position = self.offset_index.lookup(offset)
-        for pos, header in walk_headers(self.fd, position, end):
+        for pos, header in walk_headers(self.file, position, end):
             if header.last_offset >= offset:
                 return pos, header
         return None
@@ -476,7 +491,7 @@ class LogSegment:
         if idx_pos >= end and idx_offset < upper_bound:
             walk_from = end = idx_pos
             next_offset = -1
-        for pos, header in walk_headers(self.fd, walk_from, size):
+        for pos, header in walk_headers(self.file, walk_from, size):
             if pos + header.size > limit or header.last_offset >= upper_bound:
                 next_offset = header.base_offset
                 break
@@ -488,10 +503,11 @@ class LogSegment:
         return FileSlice(self.file, position, length)
 
     def iter_batches_from(self, position: int = 0) -> Iterator[tuple[int, BatchHeader]]:
-        return walk_headers(self.fd, position, self.size)
+        return walk_headers(self.file, position, self.size)
 
     def read_batch_bytes(self, position: int, size: int) -> bytes:
-        return read_exact(self.fd, position, size)
+        handle = self.file
+        return read_exact(handle.fd, position, size)
 
     # -- file management --------------------------------------------------------------------------
 
@@ -500,6 +516,7 @@ class LogSegment:
         new_log, new_index, new_time = segment_paths(self.directory, self.base_offset, new_suffix)
         os.replace(self.log_path, new_log)
         self.log_path = new_log
+        self._file.rename(new_log)
         self.offset_index.rename(new_index)
         self.time_index.rename(new_time)
         self.txn_index.rename(txn_index_path(self.directory, self.base_offset, new_suffix))
@@ -512,6 +529,7 @@ class LogSegment:
 
     def delete_files(self) -> None:
         self.detach_indexes()
+        self._file.close()
         for path in (self.log_path, self.offset_index.path, self.time_index.path):
             try:
                 os.unlink(path)
@@ -520,9 +538,11 @@ class LogSegment:
         self.txn_index.delete()
 
 
-def walk_headers(fd: int, start: int, end: int) -> Iterator[tuple[int, BatchHeader]]:
+def walk_headers(file: int | FileHandle, start: int, end: int) -> Iterator[tuple[int, BatchHeader]]:
     """(position, header) of the whole batches in [start, end), reading in chunks. Stops at a
-    partial batch; raises ProtocolError at an impossible header (bad magic/length)."""
+    partial batch; raises ProtocolError at an impossible header (bad magic/length). A FileHandle
+    is held until the walk ends."""
+    fd = file if isinstance(file, int) else file.fd
     buf = b""
     buf_start = start
     pos = start
