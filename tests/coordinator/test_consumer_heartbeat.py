@@ -356,7 +356,11 @@ def test_describe_list_and_delete(h: ConsumerHarness) -> None:
     assert h.shard.list_groups(["stable"], []) and not h.shard.list_groups(["empty"], [])
     assert h.shard.list_groups([], ["classic"]) == []
     # The classic DescribeGroups does not know consumer groups.
-    assert h.shard.describe_groups(["g"], 6)[0].error_code == E.GROUP_ID_NOT_FOUND
+    v6 = h.shard.describe_groups(["g"], 6)[0]
+    assert (v6.error_code, v6.error_message, v6.group_state) == (
+        E.GROUP_ID_NOT_FOUND, "Group g is not a classic group.", "Dead")
+    v5 = h.shard.describe_groups(["g"], 5)[0]
+    assert (v5.error_code, v5.group_state) == (0, "Dead")  # below v6 Kafka answers Dead without an error
     h.commit9("g", "a", 1, {("t", 0): 5})
     assert h.run(lambda s, now: s.delete_groups(["g"], now)).response[0].error_code == E.NON_EMPTY_GROUP
     c.leave()

@@ -149,3 +149,14 @@ def test_the_assignor_is_balanced_and_sticky() -> None:
     # heterogeneous subscriptions: each topic is shared among its own subscribers
     target = assign({"a": frozenset([T1]), "b": frozenset([T1, T2])}, {T1: 2, T2: 3}, {})
     assert set(target["a"]) == {T1} and target["b"][T2] == frozenset([0, 1, 2])
+
+
+def test_the_classic_describe_groups_answers_a_share_group_as_kafka_does() -> None:
+    h = ShareHarness()
+    h.hb("m1", 0, ["t1"])
+    v6 = h.shard.describe_groups(["g", "nope"], 6)
+    assert [(d.error_code, d.error_message, d.group_state) for d in v6] == [
+        (E.GROUP_ID_NOT_FOUND, "Group g is not a classic group.", "Dead"),
+        (E.GROUP_ID_NOT_FOUND, "Group nope not found.", "Dead")]
+    (v5,) = h.shard.describe_groups(["g"], 5)
+    assert (v5.error_code, v5.group_state) == (E.NONE, "Dead")

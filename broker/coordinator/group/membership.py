@@ -673,9 +673,12 @@ class ClassicGroupManager:
             group = self.classic_group(group_id)
             if group is None:
                 if api_version >= 6:
+                    # Kafka 4.x: consumer, share and streams groups are "not a classic group" (v6 says so)
+                    other = self.groups.get(group_id)
+                    message = ("Group %s is not a classic group." if other is not None else "Group %s not found.")
                     described.append(M.DescribeGroupsResponse.DescribedGroup(
                         group_id=group_id, group_state=S.DEAD.value, error_code=E.GROUP_ID_NOT_FOUND,
-                        error_message="Group %s not found." % group_id,
+                        error_message=message % group_id,
                     ))
                 else:
                     described.append(M.DescribeGroupsResponse.DescribedGroup(group_id=group_id,
