@@ -11,6 +11,7 @@ import structlog
 
 from broker.apis.registry import api
 from broker.apis.txn import verify_transactional_produce
+from broker.log.validation import RecordValidationError
 from broker.security.authz import Op, Res, authorize
 from broker.security.quotas import throttle
 from protocol.compression import ZSTD
@@ -72,6 +73,12 @@ async def _produce_partition(ctx: Any, partition: Any, index: int, records: Any,
         if _is_transactional(records):
             guard = await verify_transactional_produce(ctx, partition, parse_batch_header(records), transactional_id)
         result = await partition.append(records, guard)
+    except RecordValidationError as exc:  # KIP-467: the client fails only the records named
+        response = _partition_error(index, exc.code, exc.message)
+        response.log_start_offset = exc.log_start_offset
+        response.record_errors = [R.BatchIndexAndErrorMessage(batch_index=i, batch_index_error_message=m)
+                                  for i, m in exc.record_errors]
+        return response
     except KafkaError as exc:
         return _partition_error(index, exc.code, exc.message)
     except OSError as exc:  # the disk failed the write or the fsync

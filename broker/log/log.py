@@ -25,7 +25,13 @@ from broker.log.config import LONG_MAX, LogConfig
 from broker.log.leader_epoch import LeaderEpochCache
 from broker.log.segment import DELETED_SUFFIX, EMPTY_SLICE, FileSlice, LogSegment, all_segment_paths
 from broker.log.txn_index import AbortedTxn
-from broker.log.validation import AppendOrigin, check_batch_size, check_record_set_size, validate_records
+from broker.log.validation import (
+    AppendOrigin,
+    RecordValidationError,
+    check_batch_size,
+    check_record_set_size,
+    validate_records,
+)
 from protocol.errors import ErrorCode, KafkaError, ProtocolError
 from protocol.records import (
     TIMESTAMP_TYPE_MASK,
@@ -206,7 +212,11 @@ class Log:
         config = self.config
         now = self.time()
         view = memoryview(records)
-        batches = validate_records(view, config, origin, now)
+        try:
+            batches = validate_records(view, config, origin, now, f"{self.topic}-{self.partition}")
+        except RecordValidationError as e:
+            e.log_start_offset = self.log_start_offset
+            raise
         if not batches:
             return self._empty_result()
         epoch = self.leader_epoch if leader_epoch is None else leader_epoch

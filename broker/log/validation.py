@@ -7,7 +7,10 @@ and no per-record Python work. Deviations from Kafka, on purpose:
   baseTimestamp for the past bound), not record by record;
 - record offset deltas are trusted to match lastOffsetDelta (the CRC covers both);
 - a trailing partial batch is CORRUPT_MESSAGE (Kafka silently ignores it).
-Compacted topics additionally decode each batch to require keys, as Kafka does.
+Compacted topics additionally decode each batch to require keys, as Kafka does. Record-level
+failures (a key missing on a compacted topic, a timestamp out of range) name each failing record
+(KIP-467: `RecordValidationError`), so that clients fail only those records; the records are
+decoded for that only when the header says some record is out of range.
 """
 
 from __future__ import annotations
@@ -36,10 +39,28 @@ class AppendOrigin(enum.Enum):
     COORDINATOR = "coordinator"
 
 
+class RecordValidationError(KafkaError):
+    """Some records of the batch are invalid (Kafka's RecordValidationException): the batch fails
+    with the batch index and reason of each, and Kafka's summary as the error message."""
+
+    def __init__(self, code: ErrorCode, record_errors: list[tuple[int, str]]) -> None:
+        if code is ErrorCode.INVALID_TIMESTAMP:
+            message = "One or more records have been rejected due to invalid timestamp"
+        else:
+            shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in record_errors[:3])
+            message = (f"One or more records have been rejected due to {len(record_errors)} record errors in "
+                       f"total, and only showing the first three errors at most: [{shown}]")
+        super().__init__(code, message)
+        self.record_errors = record_errors
+        self.log_start_offset = -1  # the log fills it in: Kafka answers it with record errors
+
+
 def validate_records(
-    buf: Buffer, config: LogConfig, origin: AppendOrigin, now_ms: int
+    buf: Buffer, config: LogConfig, origin: AppendOrigin, now_ms: int, topic_partition: str = ""
 ) -> list[tuple[int, BatchHeader]]:
-    """(position, header) of each batch, or a KafkaError with Kafka's error code for the whole set."""
+    """(position, header) of each batch, or a KafkaError with Kafka's error code for the whole set
+    (a RecordValidationError when only some records are at fault). `topic_partition` ("t-0")
+    is named in the record errors as Kafka names it."""
     client = origin is AppendOrigin.CLIENT
     try:
         positions = list(iter_batches(buf, strict=True))
@@ -63,11 +84,11 @@ def validate_records(
     if client:
         if len(out) > 1:
             raise KafkaError(ErrorCode.INVALID_RECORD, "a produced record set must hold exactly one batch")
-        for _, header in out:
+        for pos, header in out:
             check_client_batch(header)
-            _check_timestamps(header, config, now_ms)
-        if config.compact:
-            _check_keys(buf, out)
+            timestamps_ok = _check_timestamps(header, config, now_ms)
+            if config.compact or not timestamps_ok:
+                _check_records(buf, pos, config, now_ms, topic_partition)
     else:
         for _, header in out:
             if header.records_count > header.last_offset_delta + 1:
@@ -92,34 +113,43 @@ def check_record_set_size(size: int, config: LogConfig) -> None:
         )
 
 
-def _check_timestamps(header: BatchHeader, config: LogConfig, now_ms: int) -> None:
+def _check_timestamps(header: BatchHeader, config: LogConfig, now_ms: int) -> bool:
+    """From the header alone: False when some record may be out of the accepted time range."""
     if header.attributes & TIMESTAMP_TYPE_MASK:
         if config.log_append_time or header.max_timestamp < 0:
             raise KafkaError(
                 ErrorCode.INVALID_TIMESTAMP, "producers must not set the LogAppendTime timestamp type"
             )
-        return
+        return True
     if config.log_append_time:
-        return
+        return True
     after = config.message_timestamp_after_max_ms
     if header.max_timestamp >= 0 and after < LONG_MAX and header.max_timestamp - now_ms > after:
-        raise KafkaError(
-            ErrorCode.INVALID_TIMESTAMP,
-            f"timestamp {header.max_timestamp} is more than {after} ms ahead of the broker's clock",
-        )
+        return False
     before = config.message_timestamp_before_max_ms
-    if header.base_timestamp >= 0 and before < LONG_MAX and now_ms - header.base_timestamp > before:
-        raise KafkaError(
-            ErrorCode.INVALID_TIMESTAMP,
-            f"timestamp {header.base_timestamp} is more than {before} ms behind the broker's clock",
-        )
+    return not (header.base_timestamp >= 0 and before < LONG_MAX and now_ms - header.base_timestamp > before)
 
 
-def _check_keys(buf: Buffer, batches: list[tuple[int, BatchHeader]]) -> None:
-    for pos, _ in batches:
-        try:
-            _, records = decode_batch(buf, pos, verify_crc=False)
-        except ProtocolError as e:
-            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, str(e)) from None
-        if any(r.key is None for r in records):
-            raise KafkaError(ErrorCode.INVALID_RECORD, "compacted topic cannot accept a record without a key")
+def _check_records(buf: Buffer, pos: int, config: LogConfig, now_ms: int, topic_partition: str) -> None:
+    """Kafka's per-record checks (LogValidator.validateRecord): the key on a compacted topic, then
+    the timestamp; every failing record is named by its index in the batch."""
+    try:
+        _, records = decode_batch(buf, pos, verify_crc=False)
+    except ProtocolError as e:
+        raise KafkaError(ErrorCode.CORRUPT_MESSAGE, str(e)) from None
+    before, after = config.message_timestamp_before_max_ms, config.message_timestamp_after_max_ms
+    check_time = not config.log_append_time
+    errors: list[tuple[int, str]] = []
+    bad_time = False
+    for index, record in enumerate(records):
+        if config.compact and record.key is None:
+            errors.append((index, f"Compacted topic cannot accept message without key in topic partition "
+                                  f"{topic_partition}"))
+        elif check_time and record.timestamp >= 0 and (
+            now_ms - record.timestamp > before or record.timestamp - now_ms > after
+        ):
+            bad_time = True
+            errors.append((index, f"Timestamp {record.timestamp} of message with offset {record.offset} is out "
+                                  f"of range. The timestamp should be within [{now_ms - before}, {now_ms + after}]"))
+    if errors:
+        raise RecordValidationError(ErrorCode.INVALID_TIMESTAMP if bad_time else ErrorCode.INVALID_RECORD, errors)
