@@ -114,6 +114,9 @@ SHAPES: dict[int, tuple[Shape, ...]] = {
     77: (Shape((_groups("group_ids", "groups"),)),),
     78: (Shape((_topics("topics", "responses", "topic_id"), _partitions()), group="group_id", wait="max_wait_ms"),),
     79: (Shape((_topics("topics", "responses", "topic_id"), _partitions()), group="group_id"),),
+    90: (Shape((_groups("groups", "groups", "group_id"),)),),
+    91: (Shape((), group="group_id"),),
+    92: (Shape((), group="group_id"),),
 }
 
 

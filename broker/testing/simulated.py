@@ -49,9 +49,14 @@ DEFAULT_INTERNAL_PARTITIONS = 50
 # (the request field naming the transactional id; only requests that name one), and ListGroups
 # (each node lists the groups it coordinates)
 LEADER_APIS = frozenset({0, 1, 2, 21, 23, 61, 78, 79})
-GROUP_APIS = frozenset({8, 9, 11, 12, 13, 14, 15, 28, 42, 47, 68, 69, 76, 77})
+GROUP_APIS = frozenset({8, 9, 11, 12, 13, 14, 15, 28, 42, 47, 68, 69, 76, 77, 90, 91, 92})
 TRANSACTION_FIELDS = {22: "transactional_id", 25: "transactional_id", 26: "transactional_id"}
-ADD_PARTITIONS_TO_TXN, LIST_GROUPS, PRODUCE = 24, 16, 0
+ADD_PARTITIONS_TO_TXN, LIST_GROUPS, PRODUCE, FETCH = 24, 16, 0, 1
+# KIP-951: the versions from which a refused Produce / Fetch names the partition's current leader
+# and that leader's address (KafkaApis: Produce v10+ for NOT_LEADER_OR_FOLLOWER, Fetch v16+ also
+# for FENCED_LEADER_EPOCH), so clients move without waiting for a Metadata round trip
+LEADER_HINTS = {PRODUCE: (10, frozenset({E.NOT_LEADER_OR_FOLLOWER})),
+                FETCH: (16, frozenset({E.NOT_LEADER_OR_FOLLOWER, E.FENCED_LEADER_EPOCH}))}
 ROUTED = LEADER_APIS | GROUP_APIS | set(TRANSACTION_FIELDS) | {ADD_PARTITIONS_TO_TXN, LIST_GROUPS}
 
 Handler = Callable[[Any, Any], Awaitable[Any]]
@@ -178,7 +183,36 @@ class SimulatedCluster:
                 return None
         else:
             return await handler(ctx, request)
-        return await answer_in_part(ctx, request, handler, error_for, self._resolve)
+        response = await answer_in_part(ctx, request, handler, error_for, self._resolve)
+        hints = LEADER_HINTS.get(api_key)
+        if hints is not None and ctx.api_version >= hints[0]:
+            self._add_leader_hints(ctx, response, hints[1])
+        return response
+
+    def _add_leader_hints(self, ctx: Any, response: Any, codes: frozenset[ErrorCode]) -> None:
+        """Fill current_leader in the refused partitions and the leaders' endpoints (KIP-951)."""
+        listener = ctx.connection.listener.name if ctx.connection.listener is not None else None
+        leaders: set[int] = set()
+        produce = ctx.api_key == PRODUCE
+        for topic in response.responses or ():
+            name = (topic.name if produce else topic.topic) or self._resolve(topic.topic_id)
+            info = self.broker.metadata.topic(name) if name else None
+            for part in topic.partition_responses if produce else topic.partitions:
+                if part.error_code not in codes or info is None:
+                    continue
+                found = info.assignments.get(part.index if produce else part.partition_index)
+                if found is None:
+                    continue
+                part.current_leader = type(response).LeaderIdAndEpoch(leader_id=found.leader,
+                                                                      leader_epoch=found.leader_epoch)
+                if found.leader >= 0:
+                    leaders.add(found.leader)
+        endpoints = []
+        for node in sorted(leaders):
+            host, port = self.address(node, listener)
+            endpoints.append(type(response).NodeEndpoint(node_id=node, host=host, port=port,
+                                                         rack=self.broker.config["broker.rack"]))
+        response.node_endpoints = endpoints
 
     def _coordinator_error(self, key_type: int, key: str, node: int) -> ErrorCode | None:
         coordinator = self.coordinator(key_type, key)

@@ -216,3 +216,53 @@ def test_the_http_door_and_a_restart(kafka: EmbeddedBroker) -> None:
     assert (after.leader_id, after.leader_epoch) == (moved, old.leader_epoch + 1)
     with pytest.raises(KafkaError):
         kafka.create_topic("too-wide", 1, replication_factor=4)
+
+
+def test_a_refused_produce_or_fetch_names_the_leader_kip_951(kafka: EmbeddedBroker) -> None:
+    nodes = ports(kafka)
+    c = RawClient(nodes[1])
+    assert create(c, "hint", 1, 3).error_code == 0
+    c.close()
+    p0 = layout(kafka, "hint")[0]
+    follower = next(n for n in NODES if n != p0.leader_id)
+    on_follower = RawClient(nodes[follower])
+    try:
+        for version, hinted in ((9, False), (10, True), (12, True)):
+            r = on_follower.call(PRODUCE, version, produce_request("hint", 0, batch([b"x"])))
+            answer = r.responses[0].partition_responses[0]
+            assert answer.error_code == E.NOT_LEADER_OR_FOLLOWER
+            if hinted:
+                assert (answer.current_leader.leader_id, answer.current_leader.leader_epoch) == (
+                    p0.leader_id, p0.leader_epoch)
+                assert [(e.node_id, e.port) for e in r.node_endpoints] == [(p0.leader_id, nodes[p0.leader_id])]
+        topic_id = metadata(on_follower, ["hint"]).topics[0].topic_id
+        for version, hinted in ((15, False), (16, True)):
+            f = on_follower.call(FETCH, version, fetch_request([("hint", 0, 0)], topic_ids={"hint": topic_id}))
+            part = f.responses[0].partitions[0]
+            assert part.error_code == E.NOT_LEADER_OR_FOLLOWER
+            if hinted:
+                assert part.current_leader.leader_id == p0.leader_id
+                assert [(e.node_id, e.port) for e in f.node_endpoints] == [(p0.leader_id, nodes[p0.leader_id])]
+            else:
+                assert part.current_leader.leader_id == -1
+    finally:
+        on_follower.close()
+
+
+def test_share_group_admin_goes_to_the_groups_coordinator(kafka: EmbeddedBroker) -> None:
+    nodes = ports(kafka)
+    clients = {n: RawClient(port) for n, port in nodes.items()}
+    try:
+        coordinator = find_coordinator(clients[1], "sg").node_id
+        D, A, X = M.DescribeShareGroupOffsetsRequest, M.AlterShareGroupOffsetsRequest, M.DeleteShareGroupOffsetsRequest
+        for n, c in clients.items():
+            described = c.call(90, 1, D(groups=[D.DescribeShareGroupOffsetsRequestGroup(group_id="sg", topics=None)]))
+            altered = c.call(91, 0, A(group_id="sg", topics=[]))
+            deleted = c.call(92, 0, X(group_id="sg", topics=[]))
+            codes = (described.groups[0].error_code, altered.error_code, deleted.error_code)
+            # the coordinator describes an unknown group as empty and cannot alter or delete it
+            assert codes == ((E.NONE, E.GROUP_ID_NOT_FOUND, E.GROUP_ID_NOT_FOUND) if n == coordinator
+                             else (E.NOT_COORDINATOR,) * 3), n
+    finally:
+        for c in clients.values():
+            c.close()
