@@ -8,9 +8,9 @@ Topics (resource type 2) and the broker (type 4) are served the way Kafka 4.x se
   names when the first one is unset: `retention.ms` lists no synonym unless `log.retention.ms`
   is set somewhere).
 - The broker resource is named by its node id (every config with its static or dynamic value)
-  or "" (only the cluster-wide dynamic defaults). Dynamic broker configs are accepted for the
-  log settings this broker honours (`Prop.read_only` false); they are persisted as ConfigRecords
-  and become the broker-wide defaults of every topic without an override at once.
+  or "" (only the cluster-wide dynamic defaults). Dynamic broker configs are Kafka's
+  (broker.dynamic_broker_config); they are persisted as ConfigRecords, and the log settings
+  among them become the broker-wide defaults of every topic without an override at once.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ from broker.apis.config_resources import (
 from broker.apis.registry import api
 from broker.config import PROPS, BrokerConfig, base_property
 from broker.coordinator.group.group_config import GROUP_CONFIG_DEFS, default_value, validate_group_configs
-from broker.log.config import BROKER_SYNONYMS, TOPIC_CONFIGS
+from broker.dynamic_broker_config import check_update, is_dynamic, listener_base_name
+from broker.log.config import TOPIC_CONFIGS, TOPIC_SYNONYMS
 from broker.metadata import (
     MIN_INSYNC_REPLICAS,
     RESOURCE_BROKER,
@@ -120,15 +121,6 @@ INTERNAL_TOPIC_CONFIG_DEFS = {
         "boolean", "false", "The topic may be a share group's dead-letter queue (KIP-1191, Kafka 4.4)."),
 }
 
-# topic config -> broker synonyms in priority order with the factor to milliseconds
-TOPIC_SYNONYMS: dict[str, list[tuple[str, int]]] = {
-    **BROKER_SYNONYMS,
-    "compression.gzip.level": [("compression.gzip.level", 1)],
-    "compression.lz4.level": [("compression.lz4.level", 1)],
-    "compression.zstd.level": [("compression.zstd.level", 1)],
-    "local.retention.ms": [("log.local.retention.ms", 1)],
-    "local.retention.bytes": [("log.local.retention.bytes", 1)],
-}
 
 # Broker configs that are one setting under several names (DynamicBrokerConfig.brokerConfigSynonyms)
 _BROKER_SYNONYM_GROUPS = [
@@ -163,10 +155,6 @@ STATIC_DEFAULTS: dict[str, str] = {
 }
 
 
-def is_dynamic_broker_config(name: str) -> bool:
-    """Broker configs that AlterConfigs may change: the log settings this broker honours."""
-    prop = PROPS.get(name)
-    return prop is not None and not prop.read_only
 
 
 def _is_sensitive(name: str) -> bool:
@@ -328,7 +316,7 @@ def describe_broker(
             found = [s for s in found if s.source == DYNAMIC_DEFAULT_BROKER_CONFIG]
         prop = PROPS.get(name)
         out.append(D.DescribeConfigsResourceResult(
-            name=name, value=value, read_only=not is_dynamic_broker_config(name),
+            name=name, value=value, read_only=not is_dynamic(name),
             config_source=found[0].source if found else DEFAULT_CONFIG, is_sensitive=sensitive,
             synonyms=_synonym_results(found) if synonyms else [],
             config_type=_config_type(prop.type if prop else None), documentation=prop.doc if docs and prop else None,
@@ -440,24 +428,21 @@ async def handle_describe_configs(ctx: Any, request: Any) -> Any:
 # AlterConfigs / IncrementalAlterConfigs
 
 
-def _scala_set(names: Iterable[str]) -> str:
-    return "Set(%s)" % ", ".join(sorted(names))
-
-
-def validate_broker_configs(props: Mapping[str, str]) -> None:
-    """The whole set of dynamic configs of a broker resource (INVALID_REQUEST when refused, as Kafka)."""
-    refused = [n for n in props if not is_dynamic_broker_config(n)]
-    if refused:
-        raise KafkaError(ErrorCode.INVALID_REQUEST, "Cannot update these configs dynamically: " + _scala_set(refused))
+def validate_broker_configs(props: Mapping[str, str], per_broker: bool = True) -> None:
+    """The whole set of dynamic configs of a broker resource (INVALID_REQUEST when refused, as
+    Kafka's ConfigAdminManager answers a failed DynamicBrokerConfig validation)."""
+    check_update(props, per_broker)
     for name, value in props.items():
         try:
-            _validate_broker_value(name, value)
+            _validate_broker_value(listener_base_name(name), value)
         except KafkaError as exc:
             raise KafkaError(ErrorCode.INVALID_REQUEST, exc.message) from None
 
 
 def _validate_broker_value(name: str, value: str) -> None:
-    prop = PROPS[name]
+    prop = PROPS.get(name)
+    if prop is None:
+        return  # a config this broker does not define: stored as given, as Kafka stores custom ones
     text = value.strip()
     kind = {"int": "INT", "long": "LONG", "short": "SHORT", "double": "DOUBLE"}.get(prop.type)
     if kind is not None:
@@ -572,7 +557,7 @@ def _check_elr_min_isr(broker: Any, name: str, changes: Mapping[str, str | None]
 
 def _alter_broker(broker: Any, name: str, new_configs: dict[str, str], changes: dict[str, str | None],
                   validate_only: bool) -> None:
-    validate_broker_configs(new_configs)
+    validate_broker_configs(new_configs, per_broker=bool(name))
     _check_elr_min_isr(broker, name, changes)
     if not validate_only and changes:
         broker.metadata.set_configs(RESOURCE_BROKER, name, changes)

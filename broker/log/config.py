@@ -265,3 +265,13 @@ BROKER_SYNONYMS: dict[str, list[tuple[str, int]]] = {
     "min.insync.replicas": [("min.insync.replicas", 1)],
     "unclean.leader.election.enable": [("unclean.leader.election.enable", 1)],
 }
+
+# topic config -> broker synonyms in priority order with the factor to milliseconds
+TOPIC_SYNONYMS: dict[str, list[tuple[str, int]]] = {
+    **BROKER_SYNONYMS,
+    "compression.gzip.level": [("compression.gzip.level", 1)],
+    "compression.lz4.level": [("compression.lz4.level", 1)],
+    "compression.zstd.level": [("compression.zstd.level", 1)],
+    "local.retention.ms": [("log.local.retention.ms", 1)],
+    "local.retention.bytes": [("log.local.retention.bytes", 1)],
+}

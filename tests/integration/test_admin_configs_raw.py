@@ -142,7 +142,9 @@ def test_describe_broker_every_version(broker_thread: BrokerThread, client: RawC
     assert result.error_code == 0
     got = entries(result)
     listeners = got["listeners"]
-    assert (listeners.value, listeners.config_source, listeners.read_only) == ("PLAINTEXT://127.0.0.1:0", 4, True)
+    # listeners are dynamic in Kafka 4.x (DynamicListenerConfig); log.dirs is not
+    assert (listeners.value, listeners.config_source, listeners.read_only) == ("PLAINTEXT://127.0.0.1:0", 4, False)
+    assert got["log.dirs"].read_only
     hours = got["log.retention.hours"]
     assert (hours.value, hours.config_source, hours.read_only) == ("168", 5, True)
     retention = got["log.retention.ms"]
@@ -280,8 +282,19 @@ def test_dynamic_broker_config_errors(broker_thread: BrokerThread, client: RawCl
     cases: list[tuple[str, list[tuple[str, int, str | None]], int, str | None]] = [
         ("1", [("num.partitions", SET, "3")], ErrorCode.INVALID_REQUEST,
          "Cannot update these configs dynamically: Set(num.partitions)"),
-        ("", [("listeners", SET, "PLAINTEXT://:1"), ("log.dirs", SET, "/x")], ErrorCode.INVALID_REQUEST,
-         "Cannot update these configs dynamically: Set(listeners, log.dirs)"),
+        ("", [("node.id", SET, "7"), ("log.dirs", SET, "/x")], ErrorCode.INVALID_REQUEST,
+         "Cannot update these configs dynamically: Set(log.dirs, node.id)"),
+        ("1", [("log.roll.hours", SET, "2")], ErrorCode.INVALID_REQUEST,  # only a topic config's first synonym
+         "Cannot update these configs dynamically: Set(log.roll.hours)"),
+        ("1", [("ssl.keystore.location", SET, "/k.pem")], ErrorCode.INVALID_REQUEST,
+         "These security configs can be dynamically updated only per-listener using the listener prefix: "
+         "Set(ssl.keystore.location)"),
+        ("", [("sasl.kerberos.min.time.before.relogin", SET, "60000")], ErrorCode.INVALID_REQUEST,
+         "Cannot update these configs at default cluster level, broker id must be specified: "
+         "Set(sasl.kerberos.min.time.before.relogin)"),
+        ("", [("listener.name.external.ssl.keystore.location", SET, "/k.pem")], ErrorCode.INVALID_REQUEST,
+         "Cannot update these configs at default cluster level, broker id must be specified: "
+         "Set(listener.name.external.ssl.keystore.location)"),
         ("1", [("log.retention.ms", SET, "soon")], ErrorCode.INVALID_REQUEST,
          "Invalid value soon for configuration log.retention.ms: Not a number of type LONG"),
         ("1", [("log.segment.bytes", SET, "10")], ErrorCode.INVALID_REQUEST, None),
@@ -303,6 +316,24 @@ def test_dynamic_broker_config_errors(broker_thread: BrokerThread, client: RawCl
     assert incremental(client, BROKER, "1", [("log.retention.ms", SET, "1")], validate_only=True).error_code == 0
     assert broker_thread.broker.metadata.image.broker_configs == {"": {"min.insync.replicas": "1"}}
     assert broker_thread.broker.config.dynamic_broker == {}
+
+
+def test_kafkas_dynamic_listener_and_sasl_configs_are_accepted(broker_thread: BrokerThread, client: RawClient) -> None:
+    # DynamicListenerConfig: SASL and listener settings per broker, stores per listener, cluster-level limits
+    for name, ops in [
+        ("1", [("sasl.kerberos.min.time.before.relogin", SET, "60000")]),
+        ("1", [("listener.name.external.ssl.keystore.location", SET, "/k.pem")]),
+        ("", [("max.connections", SET, "1000"), ("num.io.threads", SET, "8")]),
+        ("1", [("some.custom.config", SET, "x")]),  # a name Kafka does not know is stored
+    ]:
+        response = incremental(client, BROKER, name, ops)
+        assert response.error_code == 0, response
+    assert broker_thread.broker.config.dynamic_broker == {
+        "sasl.kerberos.min.time.before.relogin": "60000", "listener.name.external.ssl.keystore.location": "/k.pem",
+        "some.custom.config": "x"}
+    got = {c.name: c for c in describe(client, BROKER, "1", ["sasl.kerberos.min.time.before.relogin"]).configs}
+    relogin = got["sasl.kerberos.min.time.before.relogin"]
+    assert (relogin.value, relogin.read_only, relogin.config_source) == ("60000", False, 2)  # DYNAMIC_BROKER_CONFIG
 
 
 @pytest.fixture
