@@ -68,6 +68,7 @@ GROUP_CONFIG_KEYS = (
     "group.consumer.max.heartbeat.interval.ms", "group.share.heartbeat.interval.ms",
     "group.share.min.heartbeat.interval.ms", "group.share.max.heartbeat.interval.ms", "group.share.session.timeout.ms",
     "group.share.min.session.timeout.ms", "group.share.max.session.timeout.ms", "group.share.max.size",
+    "group.heartbeat.hold.ms",
 )
 SHARE_COORDINATOR_KEYS = (
     "share.coordinator.state.topic.num.partitions", "share.coordinator.snapshot.update.records.per.snapshot",

@@ -23,7 +23,7 @@ from typing import Any
 import structlog
 
 from broker import features
-from broker.apis.group import coordinator_of, request_info
+from broker.apis.group import coordinator_of, release_on_next_request, request_info
 from broker.apis.registry import api
 from broker.security.acl import AUTHORIZATION_MESSAGES
 from broker.security.authz import Op, Res, authorize, authorized_operations, filter_authorized
@@ -69,6 +69,8 @@ async def handle_share_group_heartbeat(ctx: Any, request: Any) -> Any:
         coordinator = coordinator_of(ctx)
         if request.member_epoch == 0:
             await ctx.broker.ensure_share_state_topic()
+        elif request.member_epoch > 0:
+            release_on_next_request(ctx, coordinator, request)  # the heartbeat may be held
         response = await coordinator.share_group_heartbeat(request, request_info(ctx))
     except KafkaError as exc:
         return M.ShareGroupHeartbeatResponse(error_code=exc.code, error_message=exc.message)

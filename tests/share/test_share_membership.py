@@ -15,6 +15,7 @@ from broker.coordinator.group.shard import GroupCoordinatorShard
 from broker.coordinator.group.share_assignor import assign, balance
 from broker.coordinator.group.share_group import ShareGroup, ShareGroupState
 from broker.coordinator.group.share_heartbeat import validate_heartbeat_request
+from broker.coordinator.result import Deferred
 from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
 from tests.coordinator.harness import ShardHarness
@@ -160,3 +161,38 @@ def test_the_classic_describe_groups_answers_a_share_group_as_kafka_does() -> No
         (E.GROUP_ID_NOT_FOUND, "Group nope not found.", "Dead")]
     (v5,) = h.shard.describe_groups(["g"], 5)
     assert (v5.error_code, v5.group_state) == (E.NONE, "Dead")
+
+
+def test_a_heartbeat_with_nothing_new_is_held_until_the_group_changes() -> None:
+    h = ShareHarness()
+    h.hb("m1", 0, ["t1"])
+    h.hb("m2", 0, ["t1"])
+    assert assigned(h.hb("m1", 1)) == {T1: [0]}  # m1 learns it shares the topic with m2: not held
+    held = h.hb("m1", 2)
+    assert isinstance(held, Deferred) and not held.done()
+    h.advance(999)  # held for 1 s less than the 2 s interval librdkafka times the request out with
+    assert not held.done()
+    h.advance(1)
+    assert held.result().error_code == E.NONE and held.result().assignment is None
+    # m2 leaves: m1's held heartbeat is answered at once with m2's partition
+    held = h.hb("m1", 2)
+    assert isinstance(held, Deferred) and not held.done()
+    h.hb("m2", -1)
+    h.advance(0)
+    assert held.done() and assigned(held.result()) == {T1: [0, 1]} and held.result().member_epoch == 3
+
+
+def test_a_held_share_heartbeat_released_by_another_request_asks_the_member_back_soon() -> None:
+    h = ShareHarness()
+    h.hb("m1", 0, ["t1"])
+    held = h.hb("m1", 1)
+    assert isinstance(held, Deferred) and not held.done()
+    h.call(lambda s, now: s.release_heartbeat("g", "m1", now))
+    assert held.result().heartbeat_interval_ms == 500 and held.result().assignment is None
+    again = h.hb("m1", 1)  # it was told 500 ms: held for half of that at most
+    h.advance(250)
+    assert isinstance(again, Deferred) and again.done() and again.result().heartbeat_interval_ms == 2000
+    # the shard going away answers a held heartbeat NOT_COORDINATOR (the client finds the coordinator again)
+    held = h.hb("m1", 1)
+    h.shard.on_unloaded()
+    assert isinstance(held, Deferred) and held.result().error_code == E.NOT_COORDINATOR

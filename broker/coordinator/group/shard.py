@@ -115,6 +115,7 @@ class GroupCoordinatorShard:
     def on_unloaded(self) -> None:
         self.classic.on_unloaded()
         self.consumer.waits.unload()
+        self.share.waits.unload()
 
     # ----- classic group membership -------------------------------------------------------
     # A consumer group serves classic members itself (consumer_classic.py); an empty one makes
@@ -157,6 +158,8 @@ class GroupCoordinatorShard:
         """Answer the member's held heartbeat now (classic or consumer protocol)."""
         if isinstance(self.groups.get(group_id), ConsumerGroup):
             return self.consumer.waits.wake(group_id, member_id, now_ms, final=True, early=True)
+        if isinstance(self.groups.get(group_id), ShareGroup):
+            return self.share.waits.wake(group_id, member_id, now_ms, final=True, early=True)
         return self.classic.release_heartbeat(group_id, member_id)
 
     def leave_group(self, group_id: str, identities: list[Any], now_ms: int) -> CoordinatorResult[Any]:

@@ -8,6 +8,8 @@ share-partitions assigned for the first time as initialized (ShareGroupStatePart
 which the service initializes in the share coordinator. Handlers only write records; `replay`
 applies them.
 
+A heartbeat with nothing new for its member is held until there is (share_wait.py).
+
 Timer keys: "share-session-timeout-<group>-<member>" (fences a member that stops heartbeating).
 """
 
@@ -41,6 +43,7 @@ from broker.coordinator.group.share_group import (
     target_assignment_record,
     target_assignment_tombstone,
 )
+from broker.coordinator.group.share_wait import HeldShareHeartbeats
 from broker.coordinator.result import CoordinatorResult, Record
 from broker.coordinator.timer import Timer
 from protocol import messages as M
@@ -91,6 +94,7 @@ class ShareGroupManager:
         self.metadata = metadata
         self.session_settings = session_settings or (
             lambda group_id: (config.share_session_timeout_ms, config.share_heartbeat_interval_ms))
+        self.waits = HeldShareHeartbeats(self, config.heartbeat_hold_ms)
 
     def share_group(self, group_id: str) -> ShareGroup | None:
         group = self.groups.get(group_id)
@@ -105,7 +109,8 @@ class ShareGroupManager:
         return group
 
     # ----- ShareGroupHeartbeat ------------------------------------------------------------
-    def heartbeat(self, request: Any, info: RequestInfo, now: int) -> Result:
+    def heartbeat(self, request: Any, info: RequestInfo, now: int, may_wait: bool = True) -> Result:
+        """may_wait: a heartbeat with nothing new may be held (not when share_wait looks again)."""
         if request.member_epoch == LEAVE_GROUP_MEMBER_EPOCH:
             return self._leave(request, now)
         records: list[Record] = []
@@ -167,6 +172,15 @@ class ShareGroupManager:
         response = HB(member_id=member_id, member_epoch=updated.member_epoch, heartbeat_interval_ms=interval)
         if joining or updated.assigned != member.assigned:
             response.assignment = _response_assignment(updated.assigned)
+        if records:
+            self.waits.group_changed(group_id, except_member=member_id)
+        if not may_wait:
+            return CoordinatorResult(records=records, response=response)
+        hold_ms = 0 if records else self.waits.hold_ms(group_id, member_id, request, response, interval)
+        if hold_ms > 0:
+            held = self.waits.hold(group_id, member_id, info, updated.assigned, response, hold_ms)
+            return CoordinatorResult(records=records, response=held)
+        self.waits.answered(group_id, member_id, response, interval)
         return CoordinatorResult(records=records, response=response)
 
     @staticmethod
@@ -247,7 +261,9 @@ class ShareGroupManager:
             records.append(target_assignment_tombstone(group.group_id, member_id))
             records.append(member_tombstone(group.group_id, member_id))
             self.timer.cancel(session_timeout_key(group.group_id, member_id))
+            self.waits.member_gone(group.group_id, member_id)
         remaining = [m for m in group.members.values() if m.member_id not in gone]
+        self.waits.group_changed(group.group_id)  # the others take over its partitions
         epoch = group.group_epoch + 1
         records.append(group_epoch_record(group.group_id, epoch,
                                           metadata_hash(group.subscribed_topic_names(remaining), self.metadata)))
@@ -286,6 +302,7 @@ class ShareGroupManager:
         for group in self.groups.values():
             if isinstance(group, ShareGroup) and touched & group.subscribed_topic_names():
                 group.request_metadata_refresh()
+                self.waits.group_changed(group.group_id)  # held members look again
 
     # ----- loading and replay -------------------------------------------------------------
     def on_loaded(self, now: int) -> None:

@@ -1,0 +1,151 @@
+"""Heartbeats of share-group members with nothing new are held back until there is news.
+
+Kafka answers every ShareGroupHeartbeat at once, so when a member leaves (or a topic grows) the
+others learn their new assignment only at their next heartbeat, a whole interval later
+(`group.share.heartbeat.interval.ms`, 5 s); the partitions only the departed member had are not
+consumed meanwhile. As for consumer groups (consumer_wait.py), the heartbeat of a member whose
+assignment does not change is held for at most `hold_cap` of the interval it was given (librdkafka
+times the request out after that interval) and answered as soon as the group changes (a record
+written for it, its topics changed), when another request arrives on the member's connection, or
+at its deadline. The answer is what the member would get by heartbeating again at that moment, so
+a client cannot tell, except that a response takes longer; one released early by another request
+asks the member back soon (HeartbeatIntervalMs 500 ms).
+
+Timer keys: "share-hold-<group>-<member>" (the deadline), "share-wake-<group>-<member>" (a look
+after the group changed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from broker.coordinator.group.consumer_wait import QUICK_INTERVAL_MS, hold_cap
+from broker.coordinator.group.membership import RequestInfo
+from broker.coordinator.group.reconciliation import Assignment
+from broker.coordinator.result import CoordinatorResult, Deferred
+from protocol import messages as M
+from protocol.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from broker.coordinator.group.share_heartbeat import ShareGroupManager
+
+HB = M.ShareGroupHeartbeatResponse
+REQ = M.ShareGroupHeartbeatRequest
+Result = CoordinatorResult[Any]
+
+
+def hold_key(group_id: str, member_id: str) -> str:
+    return "share-hold-%s-%s" % (group_id, member_id)
+
+
+def wake_key(group_id: str, member_id: str) -> str:
+    return "share-wake-%s-%s" % (group_id, member_id)
+
+
+@dataclasses.dataclass
+class Waiting:
+    info: RequestInfo
+    deferred: Deferred[Any]
+    assigned: Assignment  # what the member was last told it has
+
+
+class HeldShareHeartbeats:
+    def __init__(self, manager: ShareGroupManager, hold_limit_ms: int) -> None:
+        self.m = manager
+        self.hold_limit_ms = hold_limit_ms  # group.heartbeat.hold.ms; -1: no limit but the cap
+        self.waiting: dict[str, dict[str, Waiting]] = {}
+        self.told: dict[tuple[str, str], int] = {}  # HeartbeatIntervalMs last given, when not the group's
+
+    def answered(self, group_id: str, member_id: str, response: Any, interval_ms: int) -> None:
+        if response.heartbeat_interval_ms == interval_ms or response.heartbeat_interval_ms <= 0:
+            self.told.pop((group_id, member_id), None)
+        else:
+            self.told[(group_id, member_id)] = response.heartbeat_interval_ms
+
+    def hold_ms(self, group_id: str, member_id: str, request: Any, response: Any, interval_ms: int) -> int:
+        """How long a heartbeat may be held: that of a member already in the group whose answer
+        carries nothing new (0: answered at once)."""
+        if request.member_epoch <= 0 or response.assignment is not None or response.error_code:
+            return 0
+        cap = hold_cap(self.told.get((group_id, member_id), interval_ms))
+        return cap if self.hold_limit_ms < 0 else min(cap, self.hold_limit_ms)
+
+    def hold(self, group_id: str, member_id: str, info: RequestInfo, assigned: Assignment, response: Any,
+             hold_ms: int) -> Deferred[Any]:
+        deferred: Deferred[Any] = Deferred()
+        previous = self.waiting.setdefault(group_id, {}).pop(member_id, None)
+        if previous is not None:  # one request in flight per member; answer a stray one anyway
+            previous.deferred.complete(response)
+        self.waiting[group_id][member_id] = Waiting(info, deferred, assigned)
+        self.m.timer.schedule(hold_key(group_id, member_id), hold_ms,
+                              lambda shard, now: shard.share.waits.wake(group_id, member_id, now, final=True))
+        return deferred
+
+    def group_changed(self, group_id: str, except_member: str | None = None) -> None:
+        """Records were written for the group: held members look again, one operation each."""
+        for member_id in self.waiting.get(group_id, {}):
+            if member_id != except_member and not self.m.timer.is_scheduled(wake_key(group_id, member_id)):
+                self._schedule_wake(group_id, member_id)
+
+    def _schedule_wake(self, group_id: str, member_id: str) -> None:
+        def wake(shard: Any, now: int) -> Result:
+            waits: HeldShareHeartbeats = shard.share.waits
+            return waits.wake(group_id, member_id, now, final=False)
+
+        self.m.timer.schedule(wake_key(group_id, member_id), 0, wake)
+
+    def wake(self, group_id: str, member_id: str, now: int, final: bool, early: bool = False) -> Result:
+        """Look at a held heartbeat again; `final`: answer it in any case; `early`: another request
+        waits behind it (the answer asks the member back soon)."""
+        waiting = self.waiting.get(group_id, {}).get(member_id)
+        if waiting is None:
+            return CoordinatorResult()
+        group = self.m.share_group(group_id)
+        member = group.members.get(member_id) if group is not None else None
+        if member is None:
+            self.member_gone(group_id, member_id)
+            return CoordinatorResult()
+        again = REQ(group_id=group_id, member_id=member_id, member_epoch=member.member_epoch, rack_id=None,
+                    subscribed_topic_names=None)
+        try:
+            result = self.m.heartbeat(again, waiting.info, now, may_wait=False)
+        except KafkaError as exc:
+            self._release(group_id, member_id)
+            waiting.deferred.complete(HB(error_code=exc.code, error_message=exc.message))
+            return CoordinatorResult()
+        response: Any = result.response
+        if not final and response.assignment is None:
+            return CoordinatorResult(records=result.records)  # nothing new for it yet
+        self._release(group_id, member_id)
+        if early:
+            response.heartbeat_interval_ms = min(QUICK_INTERVAL_MS, response.heartbeat_interval_ms)
+        self.answered(group_id, member_id, response, self.m.session_settings(group_id)[1])
+        deferred = waiting.deferred
+
+        def answer() -> None:
+            deferred.complete(response)
+
+        return CoordinatorResult(records=result.records, on_durable=answer)
+
+    def _release(self, group_id: str, member_id: str) -> None:
+        members = self.waiting.get(group_id, {})
+        members.pop(member_id, None)
+        if not members:
+            self.waiting.pop(group_id, None)
+        self.m.timer.cancel(hold_key(group_id, member_id))
+        self.m.timer.cancel(wake_key(group_id, member_id))
+
+    def member_gone(self, group_id: str, member_id: str, code: ErrorCode = ErrorCode.UNKNOWN_MEMBER_ID) -> None:
+        self.told.pop((group_id, member_id), None)
+        waiting = self.waiting.get(group_id, {}).get(member_id)
+        if waiting is not None:
+            self._release(group_id, member_id)
+            waiting.deferred.complete(HB(error_code=code, error_message=None if code != ErrorCode.UNKNOWN_MEMBER_ID
+                                         else "Member %s is not a member of group %s." % (member_id, group_id)))
+
+    def unload(self) -> None:
+        """The shard goes away: held heartbeats are answered NOT_COORDINATOR."""
+        for group_id, members in list(self.waiting.items()):
+            for member_id in list(members):
+                self.member_gone(group_id, member_id, ErrorCode.NOT_COORDINATOR)
