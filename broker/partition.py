@@ -36,7 +36,7 @@ from broker.producer_snapshot import (
     read_snapshot,
     write_snapshot,
 )
-from broker.producer_state import ProducerStateManager
+from broker.producer_state import INT_MAX, ProducerStateManager
 from protocol.errors import ErrorCode, KafkaError, ProtocolError
 from protocol.records import (
     BatchHeader,
@@ -52,6 +52,17 @@ logger = structlog.get_logger("broker.partition")
 
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
+
+
+@dataclass
+class VerificationState:
+    """Kafka's VerificationStateEntry: a transaction about to open here is being verified (or
+    added, transactions v2). Batches of that producer must not start past the lowest sequence
+    seen meanwhile, and with transactions v2 a producer without state here must start at 0, so
+    that a lost first batch cannot leave a transaction hanging (KIP-890)."""
+
+    lowest_sequence: int
+    supports_epoch_bump: bool  # transactions v2
 
 
 @dataclass(frozen=True)
@@ -76,7 +87,7 @@ class Partition:
             log.epoch_cache.assign(log.leader_epoch, log.log_start_offset)
         self.group_commit = GroupCommit(log.flush, log.recovery_point)
         self._waiters: set[asyncio.Future[None]] = set()
-        self._verifications: dict[int, object] = {}  # producer id -> guard of a verification in flight
+        self._verifications: dict[int, VerificationState] = {}  # producer id -> a verification in flight
         self._snapshot_offset = -1  # offset of the last producer snapshot written or loaded
 
     def __repr__(self) -> str:
@@ -132,6 +143,9 @@ class Partition:
             duplicate = self.producers.check(header)
             if duplicate is not None:
                 return ProduceResult(duplicate.first_offset, -1, self.log.log_start_offset)
+            state = self._verifications.get(header.producer_id) if header.is_transactional else None
+            if state is not None:
+                self._check_verified_sequence(header, state)
             if header.is_transactional and not header.is_control and self.needs_verification(header) and (
                     verification is None or self._verifications.get(header.producer_id) is not verification):
                 raise KafkaError(ErrorCode.INVALID_TXN_STATE, "Record was not part of an ongoing transaction")
@@ -161,13 +175,31 @@ class Partition:
         """A transactional batch of a producer without a transaction open here (with its epoch)."""
         return not self.producers.in_transaction(header.producer_id, header.producer_epoch)
 
-    def start_verification(self, producer_id: int) -> object:
-        """A guard for the verification of a transaction about to open here; a marker for the
-        producer written before the append invalidates it (Kafka's VerificationGuard)."""
-        guard = self._verifications.get(producer_id)
-        if guard is None:  # requests in flight together share one (Kafka's VerificationStateEntry)
-            guard = self._verifications[producer_id] = object()
-        return guard
+    def start_verification(self, producer_id: int, sequence: int | None = None,
+                           supports_epoch_bump: bool = False) -> VerificationState:
+        """A guard for the verification of a transaction about to open here, by the batch starting
+        at `sequence`; a marker for the producer written before the append invalidates it (Kafka's
+        VerificationGuard). Requests in flight together share one, which keeps their lowest sequence."""
+        lowest = INT_MAX if sequence is None else sequence
+        state = self._verifications.get(producer_id)
+        if state is None:
+            state = self._verifications[producer_id] = VerificationState(lowest, supports_epoch_bump)
+        else:
+            state.lowest_sequence = min(state.lowest_sequence, lowest)
+            state.supports_epoch_bump = state.supports_epoch_bump or supports_epoch_bump
+        return state
+
+    def _check_verified_sequence(self, header: BatchHeader, state: VerificationState) -> None:
+        """ProducerAppendInfo.checkSequence's checks of a verified transactional batch."""
+        first_seq, pid = header.base_sequence, header.producer_id
+        where = "producer %d at offset %d in partition %s-%d" % (pid, self.log.log_end_offset, self.topic, self.index)
+        if state.supports_epoch_bump and first_seq != 0 and not self.producers.has_state(pid):
+            raise KafkaError(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, "Invalid sequence number for %s: %d (incoming seq. "
+                             "number). Expected sequence 0 for transactions v2 idempotent producer with no existing "
+                             "state." % (where, first_seq))
+        if first_seq > state.lowest_sequence:
+            raise KafkaError(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, "Out of order sequence number for %s: %d (incoming "
+                             "seq. number), %d (earliest seen sequence)" % (where, first_seq, state.lowest_sequence))
 
     def append_marker(self, producer_id: int, epoch: int, committed: bool, coordinator_epoch: int = 0,
                       transaction_version: int = 0) -> AppendResult:

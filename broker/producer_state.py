@@ -160,6 +160,11 @@ class ProducerStateManager:
             entry.current_txn_first_offset = header.base_offset
             self.ongoing[header.base_offset] = pid
 
+    def has_state(self, producer_id: int) -> bool:
+        """Whether batches of the producer are remembered here (Kafka: its entry is not empty)."""
+        entry = self.producers.get(producer_id)
+        return entry is not None and bool(entry.batches)
+
     def in_transaction(self, producer_id: int, epoch: int) -> bool:
         """Whether the producer has a transaction open here with this epoch (no verification needed)."""
         entry = self.producers.get(producer_id)

@@ -372,7 +372,7 @@ async def verify_transactional_produce(ctx: Any, partition: Any, header: BatchHe
     if not partition.needs_verification(header):
         return None
     version = ctx.api_version
-    guard = partition.start_verification(header.producer_id)
+    guard = partition.start_verification(header.producer_id, header.base_sequence, supports_epoch_bump=version >= 12)
     tp = (partition.topic, partition.index)
     try:
         coordinator = coordinator_of(ctx)

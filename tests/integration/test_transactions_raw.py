@@ -217,6 +217,20 @@ def test_transactions_v2(bt: BrokerThread, c: RawClient) -> None:
     assert [(t.producer_id, t.first_offset) for t in part.aborted_transactions] == [(pid, 2)]
 
 
+def test_transactions_v2_first_batch_starts_at_sequence_0(bt: BrokerThread, c: RawClient) -> None:
+    """KIP-890: a producer without state in the partition must start at 0 (a lost first batch
+    cannot leave a transaction hanging); v11 (transactions v1) keeps the old leniency."""
+    bt.create_topic("tv2seq", 1)
+    r = init(c, "tv2seq", version=5)
+    pid, epoch = r.producer_id, r.producer_epoch
+    refused = txn_produce(c, "tv2seq", 0, "tv2seq", pid, epoch, 3, [b"late"], version=12)
+    assert refused.error_code == E.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert refused.error_message.endswith("Expected sequence 0 for transactions v2 idempotent producer with no "
+                                          "existing state.")
+    assert txn_produce(c, "tv2seq", 0, "tv2seq", pid, epoch, 0, [b"first"], version=12).error_code == 0
+    assert end(c, "tv2seq", pid, epoch, True, version=5).error_code == 0
+
+
 def test_describe_and_list_transactions(bt: BrokerThread, c: RawClient) -> None:
     bt.create_topic("dl", 2)
     pid, epoch = begin(c, "dl-open", "dl", [0, 1])

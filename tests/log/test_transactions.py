@@ -353,3 +353,22 @@ def test_retention_takes_the_txnindex_with_its_segment(tmp_path, clock: Clock) -
     log.delete_records_before(log.segments[-1].base_offset)
     log.delete_pending_files(force=True)
     assert not os.path.exists(path) and p.aborted_transactions(0, 100) == []
+
+
+def test_a_verified_batch_starts_no_later_than_the_lowest_sequence_seen_kip_890(part: Partition) -> None:
+    # transactions v2: a producer without state here starts at sequence 0
+    guard = part.start_verification(7, 3, supports_epoch_bump=True)
+    with pytest.raises(KafkaError) as exc:
+        part.append_records(txn_batch(7, 3), guard)
+    assert exc.value.code == E.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert exc.value.message == ("Invalid sequence number for producer 7 at offset 0 in partition t-0: 3 (incoming "
+                                 "seq. number). Expected sequence 0 for transactions v2 idempotent producer with no "
+                                 "existing state.")
+    # requests verified together keep the lowest sequence: a later one may not start past it
+    part.append_records(batch(1, producer_id=8, producer_epoch=0, base_sequence=0))
+    guard = part.start_verification(8, 1)
+    part.start_verification(8, 0)
+    with pytest.raises(KafkaError) as exc:
+        part.append_records(txn_batch(8, 1), guard)
+    assert exc.value.code == E.OUT_OF_ORDER_SEQUENCE_NUMBER and "0 (earliest seen sequence)" in (exc.value.message or "")
+    assert part.high_watermark == 1
