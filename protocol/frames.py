@@ -170,6 +170,16 @@ class BufferPool:
             return retired.pop(best)
         return bytearray(want)
 
+    def trim(self, max_bytes: int) -> int:
+        """Drop retired buffers, oldest first, until at most `max_bytes` are kept (when traffic has
+        calmed down: the memory goes back to the allocator); returns the bytes dropped."""
+        dropped = 0
+        while self._bytes > max_bytes and self._retired:
+            size = len(self._retired.pop(0))
+            self._bytes -= size
+            dropped += size
+        return dropped
+
     def give(self, array: bytearray) -> None:
         if len(array) > self.max_bytes // 4:
             return

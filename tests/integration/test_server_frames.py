@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import struct
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -228,6 +229,26 @@ def test_produce_with_truncated_records_is_invalid_record(broker_thread: BrokerT
     r = produce(client, "trunc", 0, batch([b"abc"])[:-2])
     assert r.error_code == ErrorCode.INVALID_RECORD  # as Kafka: an incomplete batch is no batch at all
     assert fetch_one(client, "trunc", 0, 0).high_watermark == 0
+
+
+def test_a_quiet_connection_gives_its_receive_buffer_back(broker_thread: BrokerThread) -> None:
+    """issue 16: an idle connection holds no receive buffer (about 64 KB otherwise)."""
+    c = broker_thread.client()
+    try:
+        assert api_versions_ok(c)
+        server = broker_thread.broker.server
+
+        async def sweep_later() -> list[bool]:
+            holding = [conn.splitter._array is not None for conn in server.connections]
+            server.sweep(time.monotonic() + 60.0, 30.0)  # as if nothing had arrived for a whole period
+            return holding + [conn.splitter._array is not None for conn in server.connections]
+
+        before_and_after = broker_thread.call(sweep_later())
+        n = len(before_and_after) // 2
+        assert n == 1 and before_and_after == [True, False]
+        assert api_versions_ok(c)  # it reads into a fresh buffer at its next request
+    finally:
+        c.close()
 
 
 def test_idle_connections_are_closed(tmp_path: Path) -> None:

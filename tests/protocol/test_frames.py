@@ -345,3 +345,14 @@ def test_api_versions_response_header_is_always_v0(version: int) -> None:
     assert response_header_version(18, version) == 0
     # also for versions we do not support, so that a newer client can read our error
     assert response_header_version(18, 7) == 0
+
+
+def test_pool_trim_drops_the_oldest_retired_buffers() -> None:
+    pool = BufferPool(max_bytes=1 << 20, chunk_size=4096)
+    arrays = [pool.take(4096) for _ in range(4)]
+    for a in arrays:
+        pool.give(a)
+    assert pool.trim(2 * 4096) == 2 * 4096 and pool.retired_bytes == 2 * 4096
+    taken = pool.take(4096)
+    assert taken is arrays[2] or taken is arrays[3]  # the newest are kept
+    assert pool.trim(1 << 20) == 0
