@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from functools import partial
 from typing import Any
 
@@ -13,11 +14,13 @@ from broker.coordinator.group.records import (
     OffsetAndMetadata,
     group_metadata_record,
     offset_commit_record,
+    parse_offset_commit,
     parse_record,
 )
 from broker.coordinator.group.shard import GroupCoordinatorShard
 from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
+from protocol.primitives import ZERO_UUID
 from tests.coordinator.harness import TEST_CONFIG, ShardHarness, sub
 
 E = ErrorCode
@@ -187,3 +190,27 @@ def test_random_operations_reload_to_the_same_state(ops: list[tuple[Any, ...]]) 
         # Compare only when no rebalance is half-way (those reload as their last stable state).
         if all(g.state in (S.EMPTY, S.STABLE) for g in h.shard.groups.values()):
             assert persisted_view(h.reload().shard) == persisted_view(h.shard)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    group=st.text(max_size=30), topic=st.text(min_size=1, max_size=30), partition=st.integers(0, 2**31 - 1),
+    offset=st.integers(-1, 2**63 - 1), epoch=st.integers(-1, 2**31 - 1), metadata=st.text(max_size=200),
+    commit_ts=st.integers(0, 2**50), expire=st.one_of(st.none(), st.integers(0, 2**50)),
+    topic_id=st.sampled_from([ZERO_UUID, uuid.UUID(int=7), uuid.uuid4()]),
+)
+def test_the_fast_offset_commit_reader_agrees_with_the_generic_one(
+    group: str, topic: str, partition: int, offset: int, epoch: int, metadata: str, commit_ts: int,
+    expire: int | None, topic_id: uuid.UUID,
+) -> None:
+    om = OffsetAndMetadata(offset, epoch, metadata, commit_ts, expire, topic_id)
+    key, value = offset_commit_record(group, topic, partition, om)
+    for v in (value, None):
+        fast = parse_offset_commit(key, v)
+        _, k, parsed = parse_record(key, v)
+        generic = (k.group, k.topic, k.partition, None if parsed is None else OffsetAndMetadata.from_value(parsed))
+        assert fast is None or fast == generic  # None: the generic reader takes it
+    if expire is None and len(metadata.encode()) < 127:
+        assert parse_offset_commit(key, value) is not None  # the common case takes the fast path
+    # damaged bytes never come back from the fast reader as an offset
+    assert parse_offset_commit(key[:-1], value) is None and parse_offset_commit(key, value[:-1]) is None

@@ -32,6 +32,7 @@ from broker.coordinator.group.records import (
     SHARE_GROUP_RECORD_TYPES,
     OffsetAndMetadata,
     group_metadata_tombstone,
+    parse_offset_commit,
     parse_record,
 )
 from broker.coordinator.group.share_group import ShareGroup
@@ -72,6 +73,10 @@ class GroupCoordinatorShard:
 
     # ----- replay and lifecycle -----------------------------------------------------------
     def replay(self, key: bytes, value: bytes | None) -> None:
+        fast = parse_offset_commit(key, value)
+        if fast is not None:  # most records of a group coordinator's log: read without the generic decoder
+            self.offsets.replay(*fast)
+            return
         record_type, k, v = parse_record(key, value)
         if record_type in (OFFSET_COMMIT, LEGACY_OFFSET_COMMIT):
             self.offsets.replay(k.group, k.topic, k.partition, None if v is None else OffsetAndMetadata.from_value(v))
