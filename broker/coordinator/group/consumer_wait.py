@@ -34,6 +34,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from broker.coordinator.group.consumer import ConsumerGroupMember
+from broker.coordinator.group.held import HeldBook
 from broker.coordinator.group.membership import RequestInfo
 from broker.coordinator.group.reconciliation import Assignment, MemberState, assignment_of
 from broker.coordinator.group.records import CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT, parse_record
@@ -74,15 +75,25 @@ class Waiting:
     with_assignment: bool  # its response carries the assignment in any case (a join, a full request)
 
 
-class HeldHeartbeats:
+class HeldHeartbeats(HeldBook[Waiting]):
+    owner = "consumer"
+
     def __init__(self, manager: ConsumerGroupManager, wait_ms: int, steady_ms: int, interval_ms: int) -> None:
+        super().__init__(manager.timer)
         self.m = manager
         self.wait_ms = wait_ms
         self.steady_ms = steady_ms
         self.interval_ms = interval_ms  # group.consumer.heartbeat.interval.ms
         self.quick_ms = min(QUICK_INTERVAL_MS, interval_ms)
-        self.waiting: dict[str, dict[str, Waiting]] = {}
-        self.told: dict[tuple[str, str], int] = {}  # HeartbeatIntervalMs last given, when not the default
+
+    def hold_key(self, group_id: str, member_id: str) -> str:
+        return wait_key(group_id, member_id)
+
+    def wake_key(self, group_id: str, member_id: str) -> str:
+        return wake_key(group_id, member_id)
+
+    def gone_response(self, group_id: str, member_id: str, code: ErrorCode) -> Any:
+        return M.ConsumerGroupHeartbeatResponse(error_code=code)
 
     def answered(self, group_id: str, member_id: str, response: Any) -> None:
         """The member is given `response`: remember the interval it times its next request with."""
@@ -109,29 +120,9 @@ class HeldHeartbeats:
              assigned_before: Assignment, response: Any, hold_ms: int) -> Deferred[Any]:
         """Hold the member's heartbeat (its response is completed by `wake` or the deadline)."""
         deferred: Deferred[Any] = Deferred()
-        previous = self.waiting.setdefault(group_id, {}).pop(member.member_id, None)
-        if previous is not None:  # cannot happen with one request in flight per member; answer it anyway
-            previous.deferred.complete(response)
-        self.waiting[group_id][member.member_id] = Waiting(
-            request, info, deferred, assigned_before, response.assignment is not None)
-        member_id = member.member_id
-        self.m.timer.schedule(wait_key(group_id, member_id), hold_ms,
-                              lambda shard, now: shard.consumer.waits.wake(group_id, member_id, now, final=True))
+        self.park(group_id, member.member_id, Waiting(request, info, deferred, assigned_before,
+                                                      response.assignment is not None), response, hold_ms)
         return deferred
-
-    def group_changed(self, group_id: str, except_member: str | None = None) -> None:
-        """Records were written for the group: waiting members look again (one operation each,
-        so that each sees the records of the previous one)."""
-        for member_id in self.waiting.get(group_id, {}):
-            if member_id != except_member and not self.m.timer.is_scheduled(wake_key(group_id, member_id)):
-                self._schedule_wake(group_id, member_id)
-
-    def _schedule_wake(self, group_id: str, member_id: str) -> None:
-        def wake(shard: Any, now: int) -> Result:
-            waits: HeldHeartbeats = shard.consumer.waits
-            return waits.wake(group_id, member_id, now, final=False)
-
-        self.m.timer.schedule(wake_key(group_id, member_id), 0, wake)
 
     def wake(self, group_id: str, member_id: str, now: int, final: bool, early: bool = False) -> Result:
         """Look at a held heartbeat again; `final`: answer it now in any case; `early`: because
@@ -142,7 +133,7 @@ class HeldHeartbeats:
         group = self.m.consumer_group(group_id)
         member = group.members.get(member_id) if group is not None else None
         if member is None:
-            self._release(group_id, member_id)
+            self.release(group_id, member_id)
             waiting.deferred.complete(M.ConsumerGroupHeartbeatResponse(
                 error_code=ErrorCode.UNKNOWN_MEMBER_ID, error_message="Member %s is not a member of group %s."
                 % (member_id, group_id)))
@@ -153,7 +144,7 @@ class HeldHeartbeats:
         try:
             result = self.m.heartbeat(again, waiting.info, now, may_wait=False)
         except KafkaError as exc:
-            self._release(group_id, member_id)
+            self.release(group_id, member_id)
             waiting.deferred.complete(M.ConsumerGroupHeartbeatResponse(error_code=exc.code, error_message=exc.message))
             return CoordinatorResult()
         response: Any = result.response
@@ -162,7 +153,7 @@ class HeldHeartbeats:
         if not final and not changed and updated.member_epoch == member.member_epoch \
                 and self.hold_ms(group_id, updated, waiting.request, news=False) > 0:
             return CoordinatorResult(records=result.records)  # still waiting
-        self._release(group_id, member_id)
+        self.release(group_id, member_id)
         if waiting.with_assignment or changed:
             response.assignment = M.ConsumerGroupHeartbeatResponse.Assignment(topic_partitions=[
                 M.ConsumerGroupHeartbeatResponse.TopicPartitions(topic_id=t, partitions=sorted(ps))
@@ -190,24 +181,3 @@ class HeldHeartbeats:
                     out, member_epoch=v.member_epoch, state=MemberState.from_value(v.state),
                     assigned=assignment_of((tp.topic_id, tp.partitions) for tp in v.assigned_partitions))
         return out
-
-    def _release(self, group_id: str, member_id: str) -> None:
-        members = self.waiting.get(group_id, {})
-        members.pop(member_id, None)
-        if not members:
-            self.waiting.pop(group_id, None)
-        self.m.timer.cancel(wait_key(group_id, member_id))
-        self.m.timer.cancel(wake_key(group_id, member_id))
-
-    def member_gone(self, group_id: str, member_id: str, code: ErrorCode = ErrorCode.UNKNOWN_MEMBER_ID) -> None:
-        self.told.pop((group_id, member_id), None)
-        waiting = self.waiting.get(group_id, {}).get(member_id)
-        if waiting is not None:
-            self._release(group_id, member_id)
-            waiting.deferred.complete(M.ConsumerGroupHeartbeatResponse(error_code=code))
-
-    def unload(self) -> None:
-        """The shard goes away: held heartbeats are answered NOT_COORDINATOR."""
-        for group_id, members in list(self.waiting.items()):
-            for member_id in list(members):
-                self.member_gone(group_id, member_id, ErrorCode.NOT_COORDINATOR)

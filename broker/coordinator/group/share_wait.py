@@ -21,6 +21,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from broker.coordinator.group.consumer_wait import QUICK_INTERVAL_MS, hold_cap
+from broker.coordinator.group.held import HeldBook
 from broker.coordinator.group.membership import RequestInfo
 from broker.coordinator.group.reconciliation import Assignment
 from broker.coordinator.result import CoordinatorResult, Deferred
@@ -50,12 +51,23 @@ class Waiting:
     assigned: Assignment  # what the member was last told it has
 
 
-class HeldShareHeartbeats:
+class HeldShareHeartbeats(HeldBook[Waiting]):
+    owner = "share"
+
     def __init__(self, manager: ShareGroupManager, hold_limit_ms: int) -> None:
+        super().__init__(manager.timer)
         self.m = manager
         self.hold_limit_ms = hold_limit_ms  # group.heartbeat.hold.ms; -1: no limit but the cap
-        self.waiting: dict[str, dict[str, Waiting]] = {}
-        self.told: dict[tuple[str, str], int] = {}  # HeartbeatIntervalMs last given, when not the group's
+
+    def hold_key(self, group_id: str, member_id: str) -> str:
+        return hold_key(group_id, member_id)
+
+    def wake_key(self, group_id: str, member_id: str) -> str:
+        return wake_key(group_id, member_id)
+
+    def gone_response(self, group_id: str, member_id: str, code: ErrorCode) -> Any:
+        message = "Member %s is not a member of group %s." % (member_id, group_id)
+        return HB(error_code=code, error_message=message if code == ErrorCode.UNKNOWN_MEMBER_ID else None)
 
     def answered(self, group_id: str, member_id: str, response: Any, interval_ms: int) -> None:
         if response.heartbeat_interval_ms == interval_ms or response.heartbeat_interval_ms <= 0:
@@ -74,26 +86,8 @@ class HeldShareHeartbeats:
     def hold(self, group_id: str, member_id: str, info: RequestInfo, assigned: Assignment, response: Any,
              hold_ms: int) -> Deferred[Any]:
         deferred: Deferred[Any] = Deferred()
-        previous = self.waiting.setdefault(group_id, {}).pop(member_id, None)
-        if previous is not None:  # one request in flight per member; answer a stray one anyway
-            previous.deferred.complete(response)
-        self.waiting[group_id][member_id] = Waiting(info, deferred, assigned)
-        self.m.timer.schedule(hold_key(group_id, member_id), hold_ms,
-                              lambda shard, now: shard.share.waits.wake(group_id, member_id, now, final=True))
+        self.park(group_id, member_id, Waiting(info, deferred, assigned), response, hold_ms)
         return deferred
-
-    def group_changed(self, group_id: str, except_member: str | None = None) -> None:
-        """Records were written for the group: held members look again, one operation each."""
-        for member_id in self.waiting.get(group_id, {}):
-            if member_id != except_member and not self.m.timer.is_scheduled(wake_key(group_id, member_id)):
-                self._schedule_wake(group_id, member_id)
-
-    def _schedule_wake(self, group_id: str, member_id: str) -> None:
-        def wake(shard: Any, now: int) -> Result:
-            waits: HeldShareHeartbeats = shard.share.waits
-            return waits.wake(group_id, member_id, now, final=False)
-
-        self.m.timer.schedule(wake_key(group_id, member_id), 0, wake)
 
     def wake(self, group_id: str, member_id: str, now: int, final: bool, early: bool = False) -> Result:
         """Look at a held heartbeat again; `final`: answer it in any case; `early`: another request
@@ -111,13 +105,13 @@ class HeldShareHeartbeats:
         try:
             result = self.m.heartbeat(again, waiting.info, now, may_wait=False)
         except KafkaError as exc:
-            self._release(group_id, member_id)
+            self.release(group_id, member_id)
             waiting.deferred.complete(HB(error_code=exc.code, error_message=exc.message))
             return CoordinatorResult()
         response: Any = result.response
         if not final and response.assignment is None:
             return CoordinatorResult(records=result.records)  # nothing new for it yet
-        self._release(group_id, member_id)
+        self.release(group_id, member_id)
         if early:
             response.heartbeat_interval_ms = min(QUICK_INTERVAL_MS, response.heartbeat_interval_ms)
         self.answered(group_id, member_id, response, self.m.session_settings(group_id)[1])
@@ -127,25 +121,3 @@ class HeldShareHeartbeats:
             deferred.complete(response)
 
         return CoordinatorResult(records=result.records, on_durable=answer)
-
-    def _release(self, group_id: str, member_id: str) -> None:
-        members = self.waiting.get(group_id, {})
-        members.pop(member_id, None)
-        if not members:
-            self.waiting.pop(group_id, None)
-        self.m.timer.cancel(hold_key(group_id, member_id))
-        self.m.timer.cancel(wake_key(group_id, member_id))
-
-    def member_gone(self, group_id: str, member_id: str, code: ErrorCode = ErrorCode.UNKNOWN_MEMBER_ID) -> None:
-        self.told.pop((group_id, member_id), None)
-        waiting = self.waiting.get(group_id, {}).get(member_id)
-        if waiting is not None:
-            self._release(group_id, member_id)
-            waiting.deferred.complete(HB(error_code=code, error_message=None if code != ErrorCode.UNKNOWN_MEMBER_ID
-                                         else "Member %s is not a member of group %s." % (member_id, group_id)))
-
-    def unload(self) -> None:
-        """The shard goes away: held heartbeats are answered NOT_COORDINATOR."""
-        for group_id, members in list(self.waiting.items()):
-            for member_id in list(members):
-                self.member_gone(group_id, member_id, ErrorCode.NOT_COORDINATOR)
