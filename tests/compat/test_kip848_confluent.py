@@ -234,3 +234,22 @@ def test_mixed_classic_and_consumer_members(kafka: BrokerProcess, topic_name: st
     for child in members.values():
         assert child.close() == 0
     log.check()
+
+
+def test_literal_topics_are_assigned_before_the_regex_topics(kafka: BrokerProcess, topic_name: str,
+                                                              group_id: str) -> None:
+    """Kafka resolves a regex asynchronously: a consumer subscribed to a literal topic and a regex
+    gets the literal topic's partitions first, the regex's a little later."""
+    literal, matched = topic_name + "-lit", topic_name + "-rxo-1"
+    create_topic(kafka, literal, 2)
+    create_topic(kafka, matched, 2)
+    assigned: list[set[str]] = []
+    c = Consumer(conf(kafka, group_id))
+    c.subscribe([literal, "^" + topic_name + "-rxo-.*"],
+                on_assign=lambda _c, parts: assigned.append({p.topic for p in parts}))
+    try:
+        wait_for(lambda: (c.poll(0.1), {t for a in assigned for t in a} == {literal, matched})[1], timeout=30,
+                 what="both topics assigned")
+        assert assigned[0] == {literal}, assigned
+    finally:
+        c.close()

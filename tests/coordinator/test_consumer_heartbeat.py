@@ -20,7 +20,7 @@ from broker.coordinator.group.records import (
 )
 from broker.coordinator.result import Deferred
 from protocol.errors import ErrorCode
-from tests.coordinator.consumer_harness import CONFIG, REQ, Client, ConsumerHarness
+from tests.coordinator.consumer_harness import CONFIG, REQ, Client, ConsumerHarness, tid
 
 E = ErrorCode
 GS = ConsumerGroupState
@@ -440,3 +440,26 @@ def test_first_members_wait_for_each_other() -> None:
     assert group.state is GS.STABLE
     assert GroupCoordinatorConfig().initial_assignment_delay_ms == 200
     assert dataclasses.replace(CONFIG, consumer_unreleased_wait_ms=0).initial_assignment_delay_ms == 0
+
+
+def test_a_new_groups_literal_topics_come_before_its_regex_topics() -> None:
+    """Kafka resolves regexes asynchronously: the first assignment has the literal topics only,
+    the regex's partitions come a little later, with no delay added to the literal part."""
+    config = dataclasses.replace(CONFIG, consumer_unreleased_wait_ms=2500, heartbeat_hold_ms=-1,
+                                 consumer_initial_assignment_delay_ms=200)
+    h = ConsumerHarness(config)
+    h.allow_held = True
+    h.topic("lit", 2)
+    h.topic("orders-1", 2)
+    first = h.cjoin("a", ["lit"], regex="orders-.*")
+    assert isinstance(first, Deferred) and not first.done()  # the group's initial delay
+    h.advance(200)
+    literal = first.result()
+    assert {tp.topic_id for tp in literal.assignment.topic_partitions} == {tid("lit")}
+    h.advance(200)  # the regex is resolved once that is out
+    assert h.group().resolved_regexes["orders-.*"].topics == frozenset(["orders-1"])
+    later = h.hb("a", literal.member_epoch, topics=None, regex=None,
+                 owned={tp.topic_id: tp.partitions for tp in literal.assignment.topic_partitions})
+    h.advance(0)
+    response = later.result() if isinstance(later, Deferred) else later
+    assert {tp.topic_id for tp in response.assignment.topic_partitions} == {tid("lit"), tid("orders-1")}

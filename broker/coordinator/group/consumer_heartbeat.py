@@ -537,7 +537,11 @@ class ConsumerGroupManager:
                            or now > last + self.config.consumer_regex_refresh_interval_ms)
         if require_refresh and regexes:
             group_id = group.group_id
-            self.timer.schedule(key, 0, lambda shard, now_: shard.consumer.refresh_regexes(group_id, regexes, now_))
+            # Kafka resolves regexes in the background: a member gets the literal topics of its
+            # subscription first. A group's first assignment waits for its initial delay here, so
+            # its regexes are resolved once that assignment is out (one more delay), not before.
+            delay = 2 * self.config.initial_assignment_delay_ms if not group.members else 0
+            self.timer.schedule(key, delay, lambda shard, now_: shard.consumer.refresh_regexes(group_id, regexes, now_))
         return result
 
     def resolve(self, regexes: Iterable[str]) -> dict[str, frozenset[str]]:
