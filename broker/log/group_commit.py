@@ -20,6 +20,8 @@ class GroupCommit:
     that round; the next waiter starts a new round.
     """
 
+    __slots__ = ("_flush", "durable", "_round", "_round_id", "rounds")
+
     def __init__(self, flush: Callable[[], int], durable: int = 0) -> None:
         self._flush = flush
         self.durable = durable

@@ -28,7 +28,9 @@ class CorruptIndexError(Exception):
 
 
 class _Index:
-    entry: struct.Struct
+    __slots__ = ("path", "base_offset", "max_entries", "_buf", "_file", "_dirty", "_stale", "_deferred", "_detached",
+                 "_last")
+    entry: struct.Struct  # the subclasses' entry layout (a class attribute)
 
     def __init__(self, path: str, base_offset: int, max_index_bytes: int) -> None:
         self.path = path
@@ -223,6 +225,8 @@ class _Index:
 class OffsetIndex(_Index):
     """Maps a batch's last offset to the file position where that batch starts (as Kafka 4 writes it)."""
 
+    __slots__ = ()
+
     entry = _OFFSET_ENTRY
 
     def _encode(self, a: int, b: int) -> tuple[int, int]:
@@ -277,6 +281,8 @@ class OffsetIndex(_Index):
 
 class TimeIndex(_Index):
     """Maps the largest timestamp seen so far to the last offset of the batch that carried it."""
+
+    __slots__ = ()
 
     entry = _TIME_ENTRY
 

@@ -17,6 +17,8 @@ UNDEFINED_EPOCH_OFFSET = -1
 
 
 class LeaderEpochCache:
+    __slots__ = ("path", "entries", "_written")
+
     def __init__(self, directory: str, entries: list[tuple[int, int]] | None = None) -> None:
         self.path = os.path.join(directory, LEADER_EPOCH_CHECKPOINT)
         self.entries: list[tuple[int, int]] = list(entries or [])

@@ -38,6 +38,8 @@ class CorruptTxnIndexError(Exception):
 
 
 class TransactionIndex:
+    __slots__ = ("path", "start_offset", "_entries", "_lock")
+
     def __init__(self, path: str, start_offset: int) -> None:
         self.path = path
         self.start_offset = start_offset
