@@ -268,6 +268,26 @@ def test_idle_connections_are_closed(tmp_path: Path) -> None:
         bt.close()
 
 
+def test_invalid_regular_expressions_are_answered_and_not_printed(broker_thread: BrokerThread, client: RawClient,
+                                                                   capfd: pytest.CaptureFixture[str]) -> None:
+    """issue 16: RE2 wrote every expression it could not parse to the process's stderr, around the
+    broker's log lines (JSON lines no more), as random requests of every API showed."""
+    capfd.readouterr()
+    heartbeat = M.ConsumerGroupHeartbeatRequest(
+        group_id="re", member_id="m-re", member_epoch=0, rebalance_timeout_ms=1000, subscribed_topic_regex="*",
+        topic_partitions=[])
+
+    def answered() -> Any:
+        response = client.call(68, 1, heartbeat)
+        return None if response.error_code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS else response
+
+    assert wait_for(answered, what="the group coordinator").error_code == ErrorCode.INVALID_REGULAR_EXPRESSION
+    listed = client.call(66, 2, M.ListTransactionsRequest(transactional_id_pattern="(unclosed"))
+    assert listed.error_code == ErrorCode.INVALID_REGULAR_EXPRESSION
+    assert api_versions_ok(client)
+    assert "Error parsing" not in capfd.readouterr().err
+
+
 # -- ApiVersions ---------------------------------------------------------------------------------
 
 

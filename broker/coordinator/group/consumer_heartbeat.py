@@ -23,7 +23,6 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-import re2
 import structlog
 
 from broker.coordinator.group.assignors import MemberSpec, PartitionAssignor, assignors_from_names
@@ -65,6 +64,7 @@ from broker.coordinator.group.records import (
     target_assignment_record,
     target_assignment_tombstone,
 )
+from broker.coordinator.regex import RegexError, compile_re2
 from broker.coordinator.result import CoordinatorResult, Record
 from broker.coordinator.timer import Timer
 from protocol import messages as M
@@ -147,8 +147,8 @@ def validate_heartbeat_request(request: Any, api_version: int, assignors: Iterab
 
 def compile_regex(regex: str) -> Any:
     try:
-        return re2.compile(regex)
-    except re2.error as exc:
+        return compile_re2(regex)
+    except RegexError as exc:
         raise KafkaError(E.INVALID_REGULAR_EXPRESSION,
                          "SubscribedTopicRegex `%s` is not a valid regular expression: %s." % (regex, exc)) from None
 
@@ -549,8 +549,8 @@ class ConsumerGroupManager:
         compiled = {}
         for regex in regexes:
             try:
-                compiled[regex] = re2.compile(regex)
-            except re2.error:
+                compiled[regex] = compile_re2(regex)
+            except RegexError:
                 log.error("ignoring an invalid regular expression", regex=regex)
         matched: dict[str, set[str]] = {r: set() for r in regexes}
         for name in list(self.metadata.topics):

@@ -18,9 +18,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-import re2
 import structlog
 
+from broker.coordinator.regex import compile_re2
 from broker.coordinator.result import CoordinatorResult, Deferred, Record
 from broker.coordinator.timer import Timer
 from broker.coordinator.txn.config import TransactionCoordinatorConfig
@@ -392,7 +392,7 @@ def compile_pattern(pattern: str | None) -> Any:
     None or empty: no filter. re2.error for an invalid expression."""
     if not pattern:
         return None
-    return re2.compile(pattern)
+    return compile_re2(pattern)
 
 
 def _counter() -> Callable[[], int]:

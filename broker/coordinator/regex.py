@@ -1,0 +1,20 @@
+"""Regular expressions sent by clients (KIP-848 SubscribedTopicRegex, ListTransactions'
+TransactionalIdPattern), compiled with RE2 as Kafka compiles them with RE2/J."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import re2
+
+RegexError = re2.error
+
+# RE2 writes every expression it cannot parse to the process's stderr, around the broker's log;
+# an invalid expression is the client's error and is answered as one (INVALID_REGULAR_EXPRESSION)
+_OPTIONS = re2.Options()
+_OPTIONS.log_errors = False
+
+
+def compile_re2(pattern: str) -> Any:
+    """The compiled expression; RegexError if it is not a valid one."""
+    return re2.compile(pattern, _OPTIONS)
