@@ -7,7 +7,7 @@ PORT ?= 9092
 
 .PHONY: run test check bench pipeline clean
 
-$(VENV)/.installed: pyproject.toml $(wildcard setup.py) protocol/_speedups.c
+$(VENV)/.installed: pyproject.toml $(wildcard setup.py) $(wildcard protocol/*.c)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test,dev]'

@@ -16,13 +16,16 @@ header count varint, headers (key: varint length + UTF-8, value: varint length, 
 Varints are zigzag-encoded like protobuf's sint32/sint64.
 
 The hot path (validate_batch, iter_batches, mutators) touches only the header and runs the
-CRC in C over a memoryview; decode_batch does per-record Python work and is meant for
-internal topics, tests and tools, not for the produce/fetch path.
+CRC in C over a memoryview; decode_batch builds every record and is meant for internal topics,
+tests and tools, not for the produce/fetch path; decode_batch_keys_values gives only each
+record's (key, value), for replaying internal topics. Their per-record loops run in C
+(protocol/_record_speedups.c) when it is built, else in Python (_decode_records).
 """
 
 from __future__ import annotations
 
 import enum
+import importlib
 import struct
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -30,8 +33,17 @@ from typing import Any, Final, NamedTuple, Protocol
 
 import crc32c
 
+from protocol import accel
 from protocol.compression import DEFAULT_MAX_DECOMPRESSED_SIZE, compress, decompress
 from protocol.errors import ErrorCode, KafkaError, ProtocolError
+
+# The records decoders in C (protocol/_record_speedups.c) when the extension is built; switched
+# off with the message decoder (KAFKA_PY_NO_SPEEDUPS=1, or accel.ENABLED = False at run time).
+_c: Any = None
+try:
+    _c = importlib.import_module("protocol._record_speedups")
+except ImportError:
+    pass
 
 Buffer = bytes | bytearray | memoryview
 WritableBuffer = bytearray | memoryview
@@ -274,6 +286,10 @@ class Record(NamedTuple):
     attributes: int = 0
 
 
+if _c is not None:
+    _c.configure(ProtocolError, Record)
+
+
 class RecordLike(Protocol):
     """What build_batch reads from a non-tuple record (a Record, a dataclass, ...)."""
 
@@ -296,6 +312,35 @@ def decode_batch(
     maxTimestamp for LogAppendTime batches, as Kafka's readers report them. A negative key,
     value or header value length means null, as in Kafka. ProtocolError on malformed data.
     """
+    header, data = _records_section(buf, pos, verify_crc, max_decompressed_size)
+    if data is None:  # Kafka reads nothing from a batch that declares no records
+        return header, []
+    log_append_time = header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK else None
+    decode = _c.decode_records if _c is not None and accel.ENABLED else _decode_records
+    return header, decode(data, header.records_count, header.base_offset, header.base_timestamp, log_append_time)
+
+
+def decode_batch_keys_values(
+    buf: Buffer,
+    pos: int = 0,
+    *,
+    verify_crc: bool = True,
+    max_decompressed_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE,
+) -> tuple[BatchHeader, list[tuple[bytes | None, bytes | None]]]:
+    """decode_batch giving each record as (key, value) only: what replaying an internal topic
+    needs. The records are checked exactly as decode_batch checks them (the same inputs raise),
+    but their offsets, timestamps and headers are not built."""
+    header, data = _records_section(buf, pos, verify_crc, max_decompressed_size)
+    if data is None:
+        return header, []
+    decode = _c.keys_values if _c is not None and accel.ENABLED else _keys_values
+    return header, decode(data, header.records_count)
+
+
+def _records_section(
+    buf: Buffer, pos: int, verify_crc: bool, max_decompressed_size: int
+) -> tuple[BatchHeader, bytes | None]:
+    """The header of the batch at ``pos`` and its records section, decompressed (None: no records)."""
     if verify_crc:
         header = validate_batch(buf, pos)
     else:
@@ -305,18 +350,11 @@ def decode_batch(
     count = header.records_count
     if count < 0:
         raise ProtocolError(f"invalid record count {count}")
-    if count == 0:  # Kafka reads nothing from a batch that declares no records
-        return header, []
+    if count == 0:
+        return header, None
     section = memoryview(buf)[pos + RECORDS_OFFSET : pos + header.size]
     codec = header.attributes & COMPRESSION_CODEC_MASK
-    data = decompress(codec, section, max_decompressed_size) if codec else bytes(section)
-    log_append_time = header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK else None
-    try:
-        return header, _decode_records(
-            data, count, header.base_offset, header.base_timestamp, log_append_time
-        )
-    except IndexError:
-        raise ProtocolError("record batch ends inside a record") from None
+    return header, decompress(codec, section, max_decompressed_size) if codec else bytes(section)
 
 
 def _zigzag_multibyte(data: bytes, pos: int, max_shift: int, mask: int, what: str) -> tuple[int, int]:
@@ -361,6 +399,21 @@ def _nullable_bytes(data: bytes, p: int, record_end: int, what: str) -> tuple[by
 
 
 def _decode_records(
+    data: bytes, count: int, base_offset: int, base_timestamp: int, log_append_time: int | None
+) -> list[Record]:
+    """The records of a (decompressed) records section; protocol/_record_speedups.c mirrors it."""
+    try:
+        return _decode_records_unchecked(data, count, base_offset, base_timestamp, log_append_time)
+    except IndexError:
+        raise ProtocolError("record batch ends inside a record") from None
+
+
+def _keys_values(data: bytes, count: int) -> list[tuple[bytes | None, bytes | None]]:
+    """(key, value) of each record of a records section, checked as _decode_records checks them."""
+    return [(r.key, r.value) for r in _decode_records(data, count, 0, 0, None)]
+
+
+def _decode_records_unchecked(
     data: bytes, count: int, base_offset: int, base_timestamp: int, log_append_time: int | None
 ) -> list[Record]:
     varint, varlong = _varint, _varlong
@@ -610,10 +663,14 @@ def parse_control_record_type(key: bytes | None) -> ControlRecordType:
 
 def parse_control_record(record: Record) -> tuple[ControlRecordType, int]:
     """(type, coordinator epoch) of a control record; the epoch is -1 unless COMMIT/ABORT."""
-    marker = parse_control_record_type(record.key)
+    return parse_control_key_value(record.key, record.value)
+
+
+def parse_control_key_value(key: bytes | None, value: bytes | None) -> tuple[ControlRecordType, int]:
+    """parse_control_record of a control record's key and value."""
+    marker = parse_control_record_type(key)
     if marker not in (ControlRecordType.COMMIT, ControlRecordType.ABORT):
         return marker, -1
-    value = record.value
     if value is None or len(value) < _END_TXN_VALUE.size:
         raise ProtocolError("transaction marker value is shorter than 6 bytes")
     version, coordinator_epoch = _END_TXN_VALUE.unpack_from(value)

@@ -9,7 +9,8 @@ is there something to await, and concurrent waiters of the partition share one (
 A transactional producer's records (TxnOffsetCommit) are written as its transactional batch, and
 the transaction's end as a marker; when the partition is served (a registered topic) both go
 through its producer state, so its last stable offset and aborted-transaction index are right.
-Loading reads every batch from the log start: plain records, transactional ones and markers.
+Loading reads every batch from the log start: each batch of plain records as a list, transactional
+records one by one, and the markers.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import crc32c
 from broker.coordinator.result import LoggedItem, Record, TransactionalRecord, TxnMarker
 from broker.log import AppendOrigin, Log, LogConfig
 from broker.log.group_commit import GroupCommit
-from broker.log.reader import iter_batch_records
+from broker.log.reader import iter_batch_keys_values
 from broker.partition import Partition
 from protocol.primitives import encode_varint
 from protocol.records import (
@@ -40,7 +41,7 @@ from protocol.records import (
     BatchHeader,
     ControlRecordType,
     build_control_batch,
-    parse_control_record,
+    parse_control_key_value,
 )
 
 _BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")  # RecordBatch v2, up to the first record
@@ -165,15 +166,14 @@ class LogPartitionWriter:
         log = self._existing_log(partition)
         if log is None:
             return
-        for header, records in iter_batch_records(log):
+        for header, records in iter_batch_keys_values(log):
             if header.is_control:
                 if records and header.has_producer_id:
-                    kind, coordinator_epoch = parse_control_record(records[0])
+                    kind, coordinator_epoch = parse_control_key_value(*records[0])
                     if kind in (ControlRecordType.COMMIT, ControlRecordType.ABORT):
                         yield TxnMarker(header.producer_id, header.producer_epoch, kind is ControlRecordType.COMMIT,
                                         coordinator_epoch)
             elif header.is_transactional:
-                yield from (TransactionalRecord(header.producer_id, r.key, r.value) for r in records if r.key is not None)
-            else:
-                yield from ((r.key, r.value) for r in records if r.key is not None)
-
+                yield from (TransactionalRecord(header.producer_id, k, v) for k, v in records if k is not None)
+            else:  # a batch of plain records, replayed at once
+                yield [(k, v) for k, v in records if k is not None]

@@ -40,8 +40,8 @@ class TxnMarker(NamedTuple):
     coordinator_epoch: int = 0
 
 
-LoggedItem = Record | TransactionalRecord | TxnMarker
-"""What loading a coordinator's log gives, in log order."""
+LoggedItem = Record | list[Record] | TransactionalRecord | TxnMarker
+"""What loading a coordinator's log gives, in log order; a list is a batch of plain records."""
 
 
 class Deferred(Generic[T]):

@@ -80,7 +80,7 @@ async def test_flush_policy_fsyncs_with_group_commit(tmp_path: Any) -> None:
     writer = LogPartitionWriter(logs.log_for)
     await writer.append(0, [(b"\x00\x01k", b"v")])
     assert logs.log_for(0).recovery_point == logs.log_for(0).log_end_offset == 1
-    assert list(writer.read(0)) == [(b"\x00\x01k", b"v")]
+    assert list(writer.read(0)) == [[(b"\x00\x01k", b"v")]]  # a batch of plain records
     logs.close()
 
 
@@ -106,8 +106,9 @@ async def test_compaction_keeps_the_state(tmp_path: Any) -> None:
     assert log.size < before
 
     loaded = GroupCoordinatorShard(h.timer, h.config)
-    for key, value in writer.read(0):
-        loaded.replay(key, value)
+    for batch in writer.read(0):  # plain records only: one list per batch
+        assert isinstance(batch, list)
+        loaded.replay_batch(batch, loaded.replay)
     assert persisted_view(loaded) == persisted_view(h.shard)
     logs.close()
 
@@ -122,7 +123,7 @@ async def test_transactional_batches_and_markers_round_trip(tmp_path: Any) -> No
     writer.write(0, [(b"\x00\x01b", b"2"), (b"\x00\x01c", None)], producer=(42, 3))
     writer.write_marker(0, TxnMarker(42, 3, False, 0))
     assert list(writer.read(0)) == [
-        (b"\x00\x01a", b"1"), TransactionalRecord(42, b"\x00\x01b", b"2"), TransactionalRecord(42, b"\x00\x01c", None),
+        [(b"\x00\x01a", b"1")], TransactionalRecord(42, b"\x00\x01b", b"2"), TransactionalRecord(42, b"\x00\x01c", None),
         TxnMarker(42, 3, False, 0)]
     headers = [h for _, h in iter_batches(logs.log_for(0).read_bytes(0, 1 << 20))]
     assert [(h.is_transactional, h.is_control, h.producer_id, h.producer_epoch) for h in headers] == [

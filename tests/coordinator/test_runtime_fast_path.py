@@ -304,7 +304,8 @@ async def test_on_the_storage_engine_the_response_follows_the_flush_policy(tmp_p
     responses = await asyncio.gather(*(rt.write(0, put(b"k%d" % i, b"v")) for i in range(4)))
     assert responses == ["put k%d at 0" % i for i in range(4)]
     assert log.recovery_point == log.log_end_offset == 4
-    assert [k for k, _ in LogPartitionWriter(logs.log_for).read(0)] == [b"k0", b"k1", b"k2", b"k3"]
+    batches = list(LogPartitionWriter(logs.log_for).read(0))
+    assert [k for batch in batches for k, _ in batch] == [b"k0", b"k1", b"k2", b"k3"]
     await rt.close()
     logs.close()
 

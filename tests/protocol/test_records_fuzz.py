@@ -16,6 +16,7 @@ from protocol.records import (
     build_batch,
     build_control_batch,
     decode_batch,
+    decode_batch_keys_values,
     iter_batches,
     parse_batch_header,
     parse_control_record,
@@ -38,6 +39,7 @@ def _consume(buf: Any) -> None:
         lambda: validate_batch(buf),
         lambda: decode_batch(buf),
         lambda: decode_batch(buf, verify_crc=False),
+        lambda: decode_batch_keys_values(buf, verify_crc=False),
         lambda: list(iter_batches(buf)),
         lambda: list(iter_batches(buf, strict=True, validate=True)),
     ]

@@ -25,6 +25,7 @@ from broker.coordinator.group.consumer import ConsumerGroup, PartitionCheck
 from broker.coordinator.group.membership import ClassicGroupManager
 from broker.coordinator.group.records import (
     OffsetAndMetadata,
+    OffsetCommitRun,
     group_metadata_tombstone,
     offset_commit_record,
     offset_commit_tombstone,
@@ -50,6 +51,10 @@ class OffsetStore:
 
     def put(self, group_id: str, topic: str, partition: int, om: OffsetAndMetadata) -> None:
         self.by_group.setdefault(group_id, {}).setdefault(topic, {})[partition] = om
+
+    def put_all(self, group_id: str, topic: str, offsets: list[tuple[int, OffsetAndMetadata]]) -> None:
+        """put of each (partition, offset) in order."""
+        self.by_group.setdefault(group_id, {}).setdefault(topic, {}).update(offsets)
 
     def remove(self, group_id: str, topic: str, partition: int) -> bool:
         topics = self.by_group.get(group_id)
@@ -130,6 +135,17 @@ class OffsetManager:
                 pending = self.pending[pid][group_id].get((topic, partition))
                 if pending is not None:
                     pending.superseded = True
+
+    def replay_run(self, run: OffsetCommitRun) -> None:
+        """replay of each offset of the run in order: at once, unless it has tombstones or the
+        group has pending transactional offsets."""
+        if run.tombstones or self.open_transactions.get(run.group):
+            for partition, om in run.offsets:
+                self.replay(run.group, run.topic, partition, om)
+            return
+        if run.group not in self.groups:
+            self.groups[run.group] = ClassicGroup(run.group)
+        self.store.put_all(run.group, run.topic, run.offsets)  # type: ignore[arg-type]  # no tombstones
 
     def replay_transactional(self, producer_id: int, group_id: str, topic: str, partition: int,
                              om: OffsetAndMetadata | None) -> None:

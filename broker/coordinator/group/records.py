@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import struct
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -90,12 +90,27 @@ _INT32 = struct.Struct(">i")
 _V3_HEAD = struct.Struct(">hqih")  # version 3: offset, leader epoch, length of the metadata
 _V4_HEAD = struct.Struct(">hqi")  # version 4 (flexible): offset, leader epoch, then a compact string
 _INT64 = struct.Struct(">q")
+# version 4 with an empty metadata (compact length 1), then the tag buffer: no tags, or the topic id's
+_V4_PLAIN = struct.Struct(">hqiBqB")
+_V4_TOPIC_ID = struct.Struct(">hqiBqBBB16s")
+_new = tuple.__new__  # OffsetAndMetadata(...) without the Python-level NamedTuple __new__ frame
 
 
 def parse_offset_commit(key: bytes, value: bytes | None) -> tuple[str, str, int, OffsetAndMetadata | None] | None:
     """(group, topic, partition, offset or None for a tombstone) of an OffsetCommit record in the
     formats this broker writes (key type 1, value versions 3 and 4), read with struct alone: a
     broker restart replays one per committed partition. None for anything else (parse_record then)."""
+    parsed_key = _offset_commit_key(key)
+    if parsed_key is None:
+        return None
+    group, topic, partition = parsed_key
+    if value is None:
+        return group, topic, partition, None
+    om = _offset_commit_value(value)
+    return None if om is None else (group, topic, partition, om)
+
+
+def _offset_commit_key(key: bytes) -> tuple[str, str, int] | None:
     try:
         record_type, group_len = _KEY_HEAD.unpack_from(key, 0)
         if record_type != OFFSET_COMMIT or group_len < 0:
@@ -108,8 +123,21 @@ def parse_offset_commit(key: bytes, value: bytes | None) -> tuple[str, str, int,
         (partition,) = _INT32.unpack_from(key, p)
         if topic_len < 0 or p + 4 != len(key):
             return None
-        if value is None:
-            return group, topic, partition, None
+        return group, topic, partition
+    except (struct.error, IndexError, UnicodeDecodeError):
+        return None  # parse_record says what is wrong
+
+
+def _offset_commit_value(value: bytes) -> OffsetAndMetadata | None:
+    if len(value) == _V4_PLAIN.size:  # what commits without metadata or topic id write: one unpack
+        version, offset, epoch, meta_len, commit_ts, tags = _V4_PLAIN.unpack(value)
+        if version == 4 and meta_len == 1 and tags == 0:
+            return _new(OffsetAndMetadata, (offset, epoch, "", commit_ts, None, ZERO_UUID))
+    elif len(value) == _V4_TOPIC_ID.size:  # ... without metadata, with a topic id
+        version, offset, epoch, meta_len, commit_ts, tags, tag, size, raw = _V4_TOPIC_ID.unpack(value)
+        if version == 4 and meta_len == 1 and tags == 1 and tag == 0 and size == 16:
+            return _new(OffsetAndMetadata, (offset, epoch, "", commit_ts, None, _topic_id(raw)))
+    try:
         version = value[0] << 8 | value[1]
         if version == 3:
             _, offset, epoch, meta_len = _V3_HEAD.unpack_from(value, 0)
@@ -118,7 +146,7 @@ def parse_offset_commit(key: bytes, value: bytes | None) -> tuple[str, str, int,
             (commit_ts,) = _INT64.unpack_from(value, p)
             if meta_len < 0 or p + 8 != len(value):
                 return None
-            return group, topic, partition, OffsetAndMetadata(offset, epoch, metadata, commit_ts)
+            return _new(OffsetAndMetadata, (offset, epoch, metadata, commit_ts, None, ZERO_UUID))
         if version == 4:
             _, offset, epoch = _V4_HEAD.unpack_from(value, 0)
             meta_len = value[14] - 1  # a one-byte compact length (metadata under 127 bytes)
@@ -130,13 +158,67 @@ def parse_offset_commit(key: bytes, value: bytes | None) -> tuple[str, str, int,
             p += 8
             tags = value[p:]
             if tags == b"\x00":
-                return group, topic, partition, OffsetAndMetadata(offset, epoch, metadata, commit_ts)
+                return _new(OffsetAndMetadata, (offset, epoch, metadata, commit_ts, None, ZERO_UUID))
             if len(tags) == 19 and tags[:3] == b"\x01\x00\x10":  # one tagged field: the topic id
-                return group, topic, partition, OffsetAndMetadata(offset, epoch, metadata, commit_ts,
-                                                                  topic_id=uuid.UUID(bytes=bytes(tags[3:])))
+                return _new(OffsetAndMetadata, (offset, epoch, metadata, commit_ts, None, _topic_id(tags[3:])))
         return None
     except (struct.error, IndexError, UnicodeDecodeError):
-        return None  # parse_record says what is wrong
+        return None
+
+
+_TOPIC_IDS: dict[bytes, uuid.UUID] = {}  # the few topics' ids, each read once per committed partition
+_MAX_CACHED_TOPIC_IDS = 10_000
+
+
+def _topic_id(raw: bytes) -> uuid.UUID:
+    topic_id = _TOPIC_IDS.get(raw)
+    if topic_id is None:
+        if len(_TOPIC_IDS) >= _MAX_CACHED_TOPIC_IDS:
+            _TOPIC_IDS.clear()
+        topic_id = _TOPIC_IDS[raw] = uuid.UUID(bytes=bytes(raw))
+    return topic_id
+
+
+@dataclass(slots=True)
+class OffsetCommitRun:
+    """Consecutive OffsetCommit records of one group and topic, as one OffsetCommit request writes
+    them: (partition, offset or None for a tombstone) in log order."""
+
+    group: str
+    topic: str
+    offsets: list[tuple[int, OffsetAndMetadata | None]]
+    tombstones: bool
+
+
+def offset_commit_runs(records: Iterable[Record]) -> Iterator[OffsetCommitRun | Record]:
+    """The records in order, each run of consecutive OffsetCommit records of one group and topic that
+    parse_offset_commit reads gathered into an OffsetCommitRun, every other record as it is. The keys
+    of a run differ only in their last 4 bytes (the partition): its group and topic are decoded once."""
+    run: OffsetCommitRun | None = None
+    same = b""  # the key of the run without its partition
+    for key, value in records:
+        if run is not None and len(key) == len(same) + 4 and key.startswith(same):
+            (partition,) = _INT32.unpack_from(key, len(same))
+            if value is None:
+                run.offsets.append((partition, None))
+                run.tombstones = True
+                continue
+            om = _offset_commit_value(value)
+            if om is not None:
+                run.offsets.append((partition, om))
+                continue
+        if run is not None:
+            yield run
+            run = None
+        parsed = parse_offset_commit(key, value)
+        if parsed is None:
+            yield key, value
+            continue
+        group, topic, partition, om = parsed
+        run = OffsetCommitRun(group, topic, [(partition, om)], om is None)
+        same = key[:-4]
+    if run is not None:
+        yield run
 
 
 class OffsetAndMetadata(NamedTuple):

@@ -31,7 +31,9 @@ from broker.coordinator.group.records import (
     OFFSET_COMMIT,
     SHARE_GROUP_RECORD_TYPES,
     OffsetAndMetadata,
+    OffsetCommitRun,
     group_metadata_tombstone,
+    offset_commit_runs,
     parse_offset_commit,
     parse_record,
 )
@@ -97,6 +99,15 @@ class GroupCoordinatorShard:
             self.share.replay(record_type, k, v)
         else:
             log.debug("ignoring coordinator record", record_type=record_type)
+
+    def replay_batch(self, records: list[Record], replay: Callable[[bytes, bytes | None], None]) -> None:
+        """Loading: `replay` (self.replay, guarded by the runtime) of each record in order, except that
+        each run of OffsetCommit records of one group and topic (one commit's) is applied at once."""
+        for item in offset_commit_runs(records):
+            if isinstance(item, OffsetCommitRun):
+                self.offsets.replay_run(item)
+            else:
+                replay(*item)
 
     def replay_transactional(self, producer_id: int, key: bytes, value: bytes | None) -> None:
         """A record of a transactional batch (TxnOffsetCommit): pending until its marker."""
