@@ -33,6 +33,7 @@ import contextlib
 import enum
 import functools
 import gc
+import threading
 from collections import defaultdict, deque
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import Any, Generic, Protocol, TypeVar
@@ -71,7 +72,8 @@ def java_abs(n: int) -> int:
     return 0 if n == _INT32_MIN else abs(n)
 
 
-_loading = 0  # partitions loading now, in every runtime
+_loading = 0  # partitions loading now, in every runtime of the process (embedded brokers run in threads)
+_loading_lock = threading.Lock()
 _collector_was_enabled = False
 
 
@@ -82,16 +84,18 @@ def _collector_paused() -> Iterator[None]:
     and again as they pile up without finding garbage: 40 % of the time of loading 1,000,000
     offsets. Once the last load is done it runs again (unless it was off before the first)."""
     global _loading, _collector_was_enabled
-    if _loading == 0:
-        _collector_was_enabled = gc.isenabled()
-        gc.disable()
-    _loading += 1
+    with _loading_lock:
+        if _loading == 0:
+            _collector_was_enabled = gc.isenabled()
+            gc.disable()
+        _loading += 1
     try:
         yield
     finally:
-        _loading -= 1
-        if _loading == 0 and _collector_was_enabled:
-            gc.enable()
+        with _loading_lock:
+            _loading -= 1
+            if _loading == 0 and _collector_was_enabled:
+                gc.enable()
 
 
 @functools.lru_cache(maxsize=_PARTITION_CACHE_SIZE)
