@@ -26,7 +26,7 @@ from broker.coordinator.txn import (
     create_transaction_coordinator,
 )
 from broker.coordinator.txn.config import CONFIG_KEYS as TXN_CONFIG_KEYS
-from broker.features import TRANSACTION_VERSION
+from broker.features import METADATA_VERSION, TRANSACTION_VERSION
 from broker.http_endpoint import HttpEndpoint
 from broker.log import AppendOrigin, Log, LogCleaner, LogConfig, LogManager
 from broker.log.handles import OPEN_FILES, descriptor_limit
@@ -48,7 +48,16 @@ from broker.share_dlq import BrokerDlqCluster
 from broker.state_metrics import BrokerStateCollector
 from broker.telemetry import ClientTelemetry
 from broker.testing.faults import Faults
-from broker.testing.simulated import SimulatedCluster
+from broker.testing.interbroker import NodeClient, ProcessMarkerWriter, RemoteTxnCoordinator
+from broker.testing.process_cluster import (
+    FOLLOW_INTERVAL_S,
+    FollowedMetadataLog,
+    FollowerMetadataStore,
+    controller_dir,
+    create_topic_on_controller,
+    follow_once,
+)
+from broker.testing.simulated import KEY_TYPE_TRANSACTION, SimulatedCluster
 from broker.txn_markers import PartitionMarkerWriter
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import build_batch
@@ -166,6 +175,15 @@ class Broker:
         self.http: HttpEndpoint | None = None  # /metrics and /faults on metrics.port
         count = int(config["simulated.brokers"])
         self.simulated = SimulatedCluster(self, count) if count > 1 else None  # answering as N brokers
+        # one process per node of a simulated cluster (broker.testing.process_cluster): -1, or this one's k
+        self.process_node = int(config["simulated.process.node"]) if self.simulated is not None else -1
+        self.follower: FollowerMetadataStore | None = None  # the metadata of a node that is not the controller
+        self.own_node = self.node_id + max(self.process_node, 0)  # the node this process serves
+        self._node_clients: dict[int, NodeClient] = {}  # inter-broker requests to the sibling processes
+        if self.process_node > 0:
+            followed = FollowedMetadataLog(controller_dir(config), self.node_id)
+            self.follower = FollowerMetadataStore(followed, self.node_id, self.node_id + self.process_node,
+                                                  Path(config.log_dirs[0]))
         self.ports: list[int] = []
         self.listeners = build_listeners(config)  # checked and built before anything starts
         self.bound_ports: dict[str, int] = {}  # listener name -> bound port
@@ -186,10 +204,15 @@ class Broker:
         OPEN_FILES.configure(int(self.config["log.open.files.max"]))
         stats = await asyncio.to_thread(self.logs.startup)
         metadata_log = self.logs.get_or_create_log(METADATA_TOPIC, 0)
-        self.metadata = MetadataStore(LogMetadataLog(metadata_log), self.node_id)
+        if self.follower is not None:
+            self.metadata = self.follower
+        else:
+            self.metadata = MetadataStore(LogMetadataLog(metadata_log), self.node_id)
         self.metadata_directory_id = read_directory_id(Path(metadata_log.dir).parent)
         self.quorum_epoch = await asyncio.to_thread(start_new_epoch, metadata_log.dir, self.node_id)
         self.metadata.load()
+        if self.follower is not None:
+            await self._wait_for_controller()
         self.authorizer = Authorizer.from_config(self.config, self.metadata.image)
         self.quotas = ClientQuotas.from_config(self.config, self.metadata.image)
         self.server.quotas = self.quotas
@@ -201,12 +224,19 @@ class Broker:
         await self._start_transaction_coordinator()
         self.faults.attach(self)
         await self._start_share_groups()
+        offset = max(self.process_node, 0)  # a process of a simulated cluster listens as its node
         for listener in self.listeners:
-            port = await self.server.listen(listener.host, listener.port, listener)
+            node = self.node_id + offset if self.follower is not None else None
+            port = await self.server.listen(listener.host, listener.port + offset if listener.port else 0, listener,
+                                            node=node)
             self.ports.append(port)
             self.bound_ports[listener.name] = port
         if self.simulated is not None:
             await self.simulated.start()
+        if self.process_node == 0:  # the controller registers them, so that no follower has to
+            await self.ensure_offsets_topic()
+            await self.ensure_transaction_state_topic()
+            await self.ensure_share_state_topic()
         port = int(self.config["metrics.port"])
         if port >= 0:
             self.http = HttpEndpoint(self)
@@ -254,11 +284,37 @@ class Broker:
             TRANSACTION_STATE_TOPIC, "transaction.state.log.num.partitions")
         self.txn_coordinator = create_transaction_coordinator(
             self._internal_writer(TRANSACTION_STATE_TOPIC, self._transaction_log_config), values, AsyncioClock(),
-            PartitionMarkerWriter(self.partitions.get, {OFFSETS_TOPIC: self._offsets_marker}),
+            self._marker_writer(PartitionMarkerWriter(self.partitions.get, {OFFSETS_TOPIC: self._offsets_marker})),
             self.metadata.allocate_producer_id,
             lambda: self.metadata.feature_level(TRANSACTION_VERSION),
         )
         await self.txn_coordinator.start()
+
+    def _marker_writer(self, local: PartitionMarkerWriter) -> Any:
+        """Markers go to the partitions' leaders: all here, unless sibling processes lead some."""
+        if self.process_node < 0:
+            return local
+        return ProcessMarkerWriter(local, self.own_node, lambda topic, index: self.partition_layout(topic, index)[0],
+                                   self.node_client)
+
+    def node_client(self, node: int) -> NodeClient:
+        """Requests to a sibling process of a process cluster."""
+        client = self._node_clients.get(node)
+        if client is None:
+            assert self.simulated is not None
+            simulated = self.simulated
+            client = NodeClient(lambda: simulated.address(node, None), "broker-%d" % self.own_node)
+            self._node_clients[node] = client
+        return client
+
+    def txn_coordinator_for(self, transactional_id: str) -> Any:
+        """The transaction coordinator of `transactional_id` as a partition leader asks it: this
+        broker's, or a sibling process's (a process cluster)."""
+        if self.process_node >= 0 and self.simulated is not None:
+            node = self.simulated.coordinator(KEY_TYPE_TRANSACTION, transactional_id)
+            if node >= 0 and node != self.own_node:
+                return RemoteTxnCoordinator(self.node_client(node))
+        return self.txn_coordinator
 
     async def _offsets_marker(self, index: int, completion: TxnCompletion) -> None:
         await self.group_coordinator.complete_transaction(index, completion.producer_id, completion.producer_epoch,
@@ -417,6 +473,10 @@ class Broker:
             self._tasks.append(loop.create_task(self._every(backoff, self._clean_logs, False)))
         idle_s = max(0.01, int(self.config["log.open.files.idle.ms"]) / 1000.0)
         self._tasks.append(loop.create_task(self._every(idle_s, OPEN_FILES.close_idle, False)))
+        if self.follower is not None:
+            follower = self.follower
+            self._tasks.append(loop.create_task(self._every(FOLLOW_INTERVAL_S, lambda: follow_once(self, follower),
+                                                            False)))
         # producer state belongs to the event loop thread: this one runs there
         self._tasks.append(loop.create_task(self._every(PRODUCER_EXPIRATION_CHECK_S, self._expire_producers, False)))
 
@@ -432,6 +492,17 @@ class Broker:
                         await result
             except Exception:
                 log.exception("background job failed", job=getattr(job, "__name__", str(job)))
+
+    async def _wait_for_controller(self, timeout_s: float = 60.0) -> None:
+        """A follower starts once the controller has bootstrapped the metadata (its features)."""
+        assert self.follower is not None
+        deadline = time.monotonic() + timeout_s
+        while METADATA_VERSION not in self.follower.image.features:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the controller's metadata log (%s) was not bootstrapped within %.0f s"
+                                   % (self.follower.log.directory, timeout_s))
+            await asyncio.sleep(FOLLOW_INTERVAL_S)
+            self.follower.catch_up()
 
     def _expire_producers(self) -> None:
         self.partitions.remove_expired_producers(int(self.clock() * 1000), int(self.config["producer.id.expiration.ms"]))
@@ -561,6 +632,8 @@ class Broker:
         if self.http is not None:
             await step("http endpoint", self.http.stop)
         await step("log dir moves", self.log_dir_mover.stop)
+        for client in self._node_clients.values():
+            client.close()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -639,6 +712,8 @@ class Broker:
             if partitions <= 0:
                 raise KafkaError(ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
             return TopicInfo(name, uuid.UUID(int=0), partitions, dict(configs))
+        if self.follower is not None:  # a process of a process cluster that is not the controller
+            return await create_topic_on_controller(self, name, partitions, configs, replication_factor)
         info = self.metadata.create_topic(name, partitions, configs,
                                           replicas=self._placement(name, replication_factor, assignments))
         self._ensure_partitions(info)

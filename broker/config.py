@@ -214,6 +214,12 @@ _PROPS: list[Prop] = [
     Prop("simulated.brokers", "int", 1,
          "Answer as a cluster of this many brokers (ids node.id and up, node k on each listener's port + k): "
          "replicas, leaders and coordinators spread over them, nothing replicated (not in Kafka)."),
+    Prop("simulated.process.node", "int", -1,
+         "With simulated.brokers: this process serves only node node.id + k of the cluster, sibling processes "
+         "the others; the process of node.id is the controller (a prototype for more cores, docs/scaling.md; "
+         "not in Kafka)."),
+    Prop("simulated.controller.log.dir", "string", "",
+         "The controller process's log directory, whose metadata log the other processes follow (not in Kafka)."),
     Prop("log.format", "string", "console", "console (key=value) or json log lines (not in Kafka)."),
     Prop("log.level", "string", "INFO", "DEBUG logs every request (not in Kafka)."),
 ]

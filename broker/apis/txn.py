@@ -40,8 +40,13 @@ _ADD_RETRY_BACKOFF_S = 0.02
 _ADD_RETRY_MAX_S = 0.1
 
 
-def coordinator_of(ctx: Any) -> Any:
-    coordinator = getattr(ctx.broker, "txn_coordinator", None)
+def coordinator_of(ctx: Any, transactional_id: str | None = None) -> Any:
+    """This broker's transaction coordinator; for a partition leader verifying a transactional
+    produce (`transactional_id`), the id's coordinator wherever it is (a process cluster)."""
+    if transactional_id is not None:
+        coordinator = ctx.broker.txn_coordinator_for(transactional_id)
+    else:
+        coordinator = getattr(ctx.broker, "txn_coordinator", None)
     if coordinator is None:
         raise KafkaError(E.COORDINATOR_NOT_AVAILABLE)
     return coordinator
@@ -375,7 +380,7 @@ async def verify_transactional_produce(ctx: Any, partition: Any, header: BatchHe
     guard = partition.start_verification(header.producer_id, header.base_sequence, supports_epoch_bump=version >= 12)
     tp = (partition.topic, partition.index)
     try:
-        coordinator = coordinator_of(ctx)
+        coordinator = coordinator_of(ctx, transactional_id or "")
     except KafkaError as exc:
         raise _produce_error(exc.code, version) from None
     if version >= 12:

@@ -32,6 +32,7 @@ import structlog
 
 from broker.coordinator.runtime import partition_for
 from broker.testing.addressing import Key, answer_in_part, fail_whole
+from broker.testing.process_cluster import forward_to_controller
 from protocol.errors import ErrorCode, KafkaError
 
 log = structlog.get_logger("broker.simulated")
@@ -58,6 +59,11 @@ ADD_PARTITIONS_TO_TXN, LIST_GROUPS, PRODUCE, FETCH = 24, 16, 0, 1
 LEADER_HINTS = {PRODUCE: (10, frozenset({E.NOT_LEADER_OR_FOLLOWER})),
                 FETCH: (16, frozenset({E.NOT_LEADER_OR_FOLLOWER, E.FENCED_LEADER_EPOCH}))}
 ROUTED = LEADER_APIS | GROUP_APIS | set(TRANSACTION_FIELDS) | {ADD_PARTITIONS_TO_TXN, LIST_GROUPS}
+# the metadata changes a follower process forwards to the controller (Kafka's forwardable APIs):
+# CreateTopics, DeleteTopics, CreateAcls, DeleteAcls, AlterConfigs, CreatePartitions, ElectLeaders,
+# IncrementalAlterConfigs, AlterPartitionReassignments, AlterClientQuotas, AlterUserScramCredentials,
+# UpdateFeatures
+FORWARDED = frozenset({19, 20, 30, 31, 33, 37, 43, 44, 45, 49, 51, 57})
 
 Handler = Callable[[Any, Any], Awaitable[Any]]
 
@@ -130,18 +136,25 @@ class SimulatedCluster:
 
     # lifecycle -----------------------------------------------------------------------------------
     async def start(self) -> None:
-        """Listen as the other nodes; every node is up, so every replica is back in sync."""
+        """Listen as the other nodes; every node is up, so every replica is back in sync. A process
+        serving one node (`simulated.process.node`) listens only as itself: the others are its
+        siblings, on their ports; the controller's process alone writes the metadata."""
+        process_node = self.broker.process_node
         for listener in self.broker.listeners:
-            self.ports.setdefault(self.first, {})[listener.name] = self.broker.bound_ports[listener.name]
-        for node in self.nodes[1:]:
+            for node in self.nodes if process_node >= 0 else [self.first]:
+                if process_node >= 0 and not listener.port:
+                    raise ValueError("simulated.process.node needs fixed listener ports (node k on port + k)")
+                port = listener.port + node - self.first if process_node >= 0 else None
+                self.ports.setdefault(node, {})[listener.name] = port or self.broker.bound_ports[listener.name]
+        for node in self.nodes[1:] if process_node < 0 else []:
             await self._listen(node)
         for name, info in list(self.broker.metadata.topics.items()):
             for index, a in sorted(info.assignments.items()):
-                if a.isr != a.replicas or a.leader < 0:
+                if process_node <= 0 and (a.isr != a.replicas or a.leader < 0):
                     self.broker.metadata.change_partition(name, index, leader=a.replicas[0] if a.leader < 0 else None,
                                                           isr=list(a.replicas))
                 self._lead(name, index)
-        self.broker.faults.route(self.route, ROUTED)
+        self.broker.faults.route(self.route, ROUTED | (FORWARDED if process_node > 0 else frozenset()))
         log.info("simulated cluster", nodes=self.nodes, ports=self.ports)
 
     async def _listen(self, node: int) -> None:
@@ -156,6 +169,8 @@ class SimulatedCluster:
     async def route(self, ctx: Any, request: Any, handler: Handler) -> Any:
         node = ctx.connection.node if ctx.connection.node is not None else self.first
         api_key = ctx.api_key
+        if api_key in FORWARDED:
+            return await forward_to_controller(self.broker, ctx, request)
         if api_key == LIST_GROUPS:
             response = await handler(ctx, request)
             response.groups = [g for g in response.groups or () if self.coordinator(KEY_TYPE_GROUP, g.group_id) == node]
