@@ -386,12 +386,16 @@ class MetadataStore:
     def allocate_producer_id(self) -> int:
         """Producer ids come from blocks reserved durably, so none is reused after a restart."""
         if self._producer_ids_left == 0:
-            start = self.image.next_producer_id
-            self._commit([M.ProducerIdsRecord(broker_id=self.node_id, broker_epoch=0,
-                                              next_producer_id=start + PRODUCER_ID_BLOCK)])
-            self._next_producer_id = start
+            self._next_producer_id = self._reserve_producer_ids()
             self._producer_ids_left = PRODUCER_ID_BLOCK
         pid = self._next_producer_id
         self._next_producer_id += 1
         self._producer_ids_left -= 1
         return pid
+
+    def _reserve_producer_ids(self) -> int:
+        """The first id of a new block of PRODUCER_ID_BLOCK ids, reserved durably."""
+        start = self.image.next_producer_id
+        self._commit([M.ProducerIdsRecord(broker_id=self.node_id, broker_epoch=0,
+                                          next_producer_id=start + PRODUCER_ID_BLOCK)])
+        return start

@@ -25,7 +25,7 @@ from typing import Any
 import structlog
 
 from broker.log.checkpoint import write_atomic
-from broker.metadata import MetadataStore, TopicInfo, decode_record
+from broker.metadata import PRODUCER_ID_BLOCK, MetadataStore, TopicInfo, decode_record
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import decode_batch, iter_batches
 
@@ -36,7 +36,6 @@ CREATE_TOPICS, CREATE_TOPICS_VERSION = 19, 7
 FOLLOW_INTERVAL_S = 0.05
 # producer ids of follower node k: from (k << NODE_ID_SHIFT), in blocks reserved in a file
 NODE_ID_SHIFT = 40
-PRODUCER_ID_BLOCK = 1000
 PRODUCER_ID_FILE = "producer-id-block"
 
 
@@ -100,20 +99,14 @@ class FollowerMetadataStore(MetadataStore):
     def bootstrap(self, static_min_insync_replicas: int) -> bool:
         return False  # the controller does it
 
-    def allocate_producer_id(self) -> int:
-        """From this node's own range; each block is reserved durably before it is used, so no id
-        is given twice, also after a crash."""
-        if self._producer_ids_left == 0:
-            start = (self.node << NODE_ID_SHIFT)
-            if self._block_file.exists():
-                start = max(start, int(self._block_file.read_text().strip()))
-            write_atomic(str(self._block_file), b"%d\n" % (start + PRODUCER_ID_BLOCK))
-            self._next_producer_id = start
-            self._producer_ids_left = PRODUCER_ID_BLOCK
-        pid = self._next_producer_id
-        self._next_producer_id += 1
-        self._producer_ids_left -= 1
-        return pid
+    def _reserve_producer_ids(self) -> int:
+        """From this node's own range, each block reserved durably in its log directory before
+        it is used, so no id is given twice, also after a crash."""
+        start = self.node << NODE_ID_SHIFT
+        if self._block_file.exists():
+            start = max(start, int(self._block_file.read_text().strip()))
+        write_atomic(str(self._block_file), b"%d\n" % (start + PRODUCER_ID_BLOCK))
+        return start
 
 
 class TopicChanges:
