@@ -412,6 +412,8 @@ class Broker:
     def group_configs_changed(self, group_id: str) -> None:
         """A group's configs changed: its live members and share-partitions obey them from now on."""
         self.group_configs.changed(group_id)
+        if self.share_manager is not None:
+            self.share_manager.settings_changed(group_id)
 
     async def _delete_share_state(self, group_ids: list[str]) -> None:
         for group_id in group_ids:

@@ -46,6 +46,7 @@ log = structlog.get_logger("broker.share")
 
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 EXPIRY_RETRY_MS = 1000  # a lock expiry whose write failed is tried again this much later
+READ_WINDOW = 1 << 20  # bytes of log a share fetch reads first for one partition
 
 
 class Persister(Protocol):
@@ -226,6 +227,15 @@ class SharePartitionManager:
     def drop_group(self, group_id: str) -> None:
         self.drop([k for k in self.entries if k[0] == group_id])
 
+    def settings_changed(self, group_id: str) -> None:
+        """The group's configs changed: its loaded share-partitions obey them at once (an
+        acknowledgement, a renewal or a lock expiry may come before the next fetch)."""
+        engine_settings = None
+        for (group, _, _), entry in self.entries.items():
+            if group == group_id:
+                engine_settings = engine_settings or self.settings_of(group_id).engine
+                entry.engine.settings = engine_settings
+
     # ----- fetching -----------------------------------------------------------------------
     async def fetch(self, group_id: str, member_id: str, parts: Sequence[TopicIdPartition], max_wait_ms: int,
                     min_bytes: int, max_bytes: int, max_records: int, batch_size: int, record_limit: bool,
@@ -296,21 +306,31 @@ class SharePartitionManager:
             return [], b""
         offset = engine.next_fetch_offset()
         isolation = self.settings_of(entry.key[0]).isolation_level
-        if offset >= partition.fetch_bound(isolation):
+        bound = partition.fetch_bound(isolation)
+        if offset >= bound:
             return [], b""
-        info = partition.read(offset, max_bytes, isolation, True)
-        data = info.records.read() if hasattr(info.records, "read") else bytes(info.records)
-        if not data:
-            return [], b""
-        positions = []
-        fetched = []
-        headers = []
-        for pos, header in iter_batches(data):
-            positions.append(pos)
-            headers.append(header)
-            fetched.append(FetchedBatch(header.base_offset, header.last_offset))
-        if not fetched:
-            return [], b""
+        # Read what the acquisition can use, not MaxBytes of log (tens of MB a fetch for a few
+        # hundred records): a window that grows until it holds `wanted` offsets or the log's end.
+        wanted = min(max_records, engine.settings.max_record_locks)
+        window = min(max_bytes, READ_WINDOW)
+        while True:
+            info = partition.read(offset, window, isolation, True)
+            data = info.records.read() if hasattr(info.records, "read") else bytes(info.records)
+            if not data:
+                return [], b""
+            positions = []
+            fetched = []
+            headers = []
+            for pos, header in iter_batches(data):
+                positions.append(pos)
+                headers.append(header)
+                fetched.append(FetchedBatch(header.base_offset, header.last_offset))
+            if not fetched:
+                return [], b""
+            last = fetched[-1].last_offset
+            if window >= max_bytes or last + 1 >= bound or last - offset + 1 >= wanted:
+                break
+            window = min(max_bytes, window * 8)
         now = self.clock.now_ms()
         got = engine.acquire(member_id, offset, fetched, max_records, batch_size, now, record_limit)
         if got and isolation == READ_COMMITTED:

@@ -28,7 +28,7 @@ from tests.integration.test_server_support import (
 E = ErrorCode
 SHARE_HEARTBEAT, SHARE_DESCRIBE, SHARE_FETCH, SHARE_ACK = 76, 77, 78, 79
 DESCRIBE_OFFSETS, ALTER_OFFSETS, DELETE_OFFSETS = 90, 91, 92
-DELETE_GROUPS, UPDATE_FEATURES, INCREMENTAL_ALTER_CONFIGS = 42, 57, 44
+DELETE_GROUPS, UPDATE_FEATURES, INCREMENTAL_ALTER_CONFIGS, LIST_CONFIG_RESOURCES = 42, 57, 44, 74
 _names = itertools.count()
 
 
@@ -91,22 +91,34 @@ class Share:
 
     def fetch(self, epoch: int, partitions: list[int] | None = None, acks: dict[int, list[Any]] | None = None,
               topic_id: uuid.UUID | None = None, max_wait_ms: int = 0, version: int = 1,
-              member: str | None = None) -> Any:
+              member: str | None = None, client: RawClient | None = None, forget: list[int] | None = None,
+              **fields: Any) -> Any:
+        """A ShareFetch; `fields` set other request fields (max_records, share_acquire_mode, ...).
+        With `client`, the request is only sent (the caller receives the response)."""
         R = M.ShareFetchRequest
         parts = sorted(set(partitions or []) | set(acks or {}))
         topics = [R.FetchTopic(topic_id=topic_id or self.topic_id, partitions=[
             R.FetchPartition(partition_index=p, acknowledgement_batches=(acks or {}).get(p, [])) for p in parts])
         ] if parts else []
+        forgotten = [R.ForgottenTopic(topic_id=self.topic_id, partitions=forget)] if forget else []
         request = R(group_id=self.group, member_id=member or self.member, share_session_epoch=epoch,
                     max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=1 << 20, max_records=500, batch_size=500,
-                    topics=topics, forgotten_topics_data=[])
+                    topics=topics, forgotten_topics_data=forgotten)
+        for name, value in fields.items():
+            setattr(request, name, value)
+        if client is not None:
+            client.send(SHARE_FETCH, version, request)
+            return None
         return self.client.call(SHARE_FETCH, version, request)
 
-    def acknowledge(self, epoch: int, acks: dict[int, list[Any]], version: int = 1) -> Any:
+    def acknowledge(self, epoch: int, acks: dict[int, list[Any]], version: int = 1, member: str | None = None,
+                    renew: bool = False) -> Any:
         R = M.ShareAcknowledgeRequest
-        request = R(group_id=self.group, member_id=self.member, share_session_epoch=epoch, topics=[
+        request = R(group_id=self.group, member_id=member or self.member, share_session_epoch=epoch, topics=[
             R.AcknowledgeTopic(topic_id=self.topic_id, partitions=[
                 R.AcknowledgePartition(partition_index=p, acknowledgement_batches=b) for p, b in acks.items()])])
+        if renew:
+            request.is_renew_ack = True
         return self.client.call(SHARE_ACK, version, request)
 
     def describe_offsets(self, topics: list[tuple[str, list[int]]] | None = None, version: int = 1) -> Any:
@@ -244,6 +256,104 @@ def test_max_records_is_bounded_by_the_record_locks(broker: BrokerThread, client
     assert response.error_code == 0
     got = acquired(response)
     assert sum(last - first + 1 for first, last, _ in got) == 100 and got[0][0] == 0
+
+
+def _lock_deadline(broker: BrokerThread, s: Share, offset: int) -> tuple[int, int, int | None]:
+    """(state, delivery count, lock deadline) of an offset of partition 0, read on the broker's loop."""
+    async def read() -> tuple[int, int, int | None]:
+        st = broker.broker.share_manager.entries[(s.group, s.topic_id, 0)].engine.state_of(offset)
+        assert st is not None
+        return int(st.state), st.delivery_count, st.deadline
+
+    return broker.call(read())  # type: ignore[no-any-return]
+
+
+def test_share_fetch_v2_acquire_modes_and_renew(broker: BrokerThread, client: RawClient) -> None:
+    """ShareFetch v2: record_limit acquires exactly MaxRecords (KIP-1206), batch_optimized up to a
+    batch boundary; RENEW (KIP-1222) extends a lock under the group's current lock duration, with no
+    new delivery, in a ShareAcknowledge v2 or in a ShareFetch with IsRenewAck that fetches nothing."""
+    s = Share(broker, client, records=10)  # one log batch of 10
+    s.join()
+    assert acquired(s.fetch(0, [0], version=2, max_records=3, share_acquire_mode=1)) == [(0, 2, 1)]
+    assert acquired(s.fetch(1, [0], version=2, max_records=3, share_acquire_mode=1)) == [(3, 5, 1)]
+    assert acquired(s.fetch(2, [0], version=2, max_records=3)) == [(6, 9, 1)]
+    _, _, before = _lock_deadline(broker, s, 0)
+    assert before is not None
+    s.set_configs(**{"share.record.lock.duration.ms": "45000"})  # obeyed by the loaded share-partition at once
+    renewed = s.acknowledge(3, {0: [ack_batch(0, 2, 4)]}, version=2, renew=True)
+    assert partition_of(renewed).error_code == 0 and renewed.acquisition_lock_timeout_ms == 45000
+    state, count, after = _lock_deadline(broker, s, 0)
+    assert (state, count) == (1, 1) and after is not None and after >= before + 15000  # ACQUIRED, not redelivered
+    assert produce(client, s.topic, 0, batch([b"late"])).error_code == 0
+    renew_fetch = s.fetch(4, acks={0: [ack(3, 5, 4)]}, version=2, is_renew_ack=True, max_records=0, min_bytes=0)
+    assert renew_fetch.error_code == 0 and acquired(renew_fetch) == []  # offset 10 is not handed out
+    assert partition_of(renew_fetch).acknowledge_error_code == 0
+    assert _lock_deadline(broker, s, 3)[2] >= before + 15000  # type: ignore[operator]
+    assert partition_of(s.acknowledge(5, {0: [ack_batch(0, 9)]}, version=2)).error_code == 0
+    assert s.fetch(6, [0], version=2, share_acquire_mode=7).error_code == E.INVALID_REQUEST
+
+
+def test_acknowledging_another_members_records_changes_nothing(broker: BrokerThread, client: RawClient) -> None:
+    s = Share(broker, client, records=4)
+    s.join()
+    assert acquired(s.fetch(0, [0])) == [(0, 3, 1)]
+    other = uuid.uuid4().hex[:22]
+    assert s.heartbeat(epoch=0, member=other, topics=[s.topic]).error_code == 0
+    assert acquired(s.fetch(0, [0], member=other)) == []  # everything is acquired by s
+    refused = s.acknowledge(1, {0: [ack_batch(0, 3)]}, member=other)
+    assert (partition_of(refused).error_code, partition_of(refused).error_message) == (
+        E.INVALID_RECORD_STATE, "Member is not the owner of batch record")
+    piggybacked = s.fetch(2, [0], acks={0: [ack(1, 1, 3)]}, member=other)
+    assert partition_of(piggybacked).acknowledge_error_code == E.INVALID_RECORD_STATE
+    assert acquired(piggybacked) == []
+    assert [_lock_deadline(broker, s, o)[:2] for o in range(4)] == [(1, 1)] * 4  # still s's, ACQUIRED
+    assert partition_of(s.acknowledge(1, {0: [ack_batch(0, 3)]})).error_code == 0
+    assert offsets_of(s.describe_offsets())[(s.topic, 0)] == (4, 0)
+
+
+def test_a_long_poll_wakes_on_released_records_and_new_data(broker: BrokerThread, client: RawClient) -> None:
+    s = Share(broker, client, records=3)
+    s.join()
+    assert acquired(s.fetch(0, [0])) == [(0, 2, 1)]
+    other = uuid.uuid4().hex[:22]
+    assert s.heartbeat(epoch=0, member=other, topics=[s.topic]).error_code == 0
+    poller = broker.client("share-poller")
+    try:
+        # MaxWaitMs far beyond the socket timeout (10 s): only a wake-up answers in time
+        s.fetch(0, [0], member=other, client=poller, max_wait_ms=120_000)
+        assert partition_of(s.acknowledge(1, {0: [ack_batch(0, 2, 2)]})).error_code == 0  # RELEASE
+        assert acquired(poller.receive(SHARE_FETCH, 1)) == [(0, 2, 2)]
+        s.fetch(1, [0], member=other, client=poller, max_wait_ms=120_000)
+        assert produce(client, s.topic, 0, batch([b"new"])).error_code == 0
+        assert acquired(poller.receive(SHARE_FETCH, 1)) == [(3, 3, 1)]
+        # a forgotten partition leaves the session: what it has is no longer fetched
+        assert produce(client, s.topic, 0, batch([b"more"])).error_code == 0
+        s.fetch(2, member=other, client=poller, forget=[0])
+        forgot = poller.receive(SHARE_FETCH, 1)
+        assert forgot.error_code == 0 and acquired(forgot) == []
+    finally:
+        poller.close()
+
+
+def test_share_auto_offset_reset_latest_and_by_duration(broker: BrokerThread, client: RawClient) -> None:
+    recent = Share(broker, client, records=5)
+    recent.set_configs(**{"share.auto.offset.reset": "by_duration:PT1H"})
+    recent.join()
+    assert acquired(recent.fetch(0, [0])) == [(0, 4, 1)]  # produced within the hour
+    latest = Share(broker, client, records=5)
+    latest.set_configs(**{"share.auto.offset.reset": "latest"})
+    latest.join()
+    assert acquired(latest.fetch(0, [0])) == []
+    assert produce(client, latest.topic, 0, batch([b"after"])).error_code == 0
+    assert acquired(latest.fetch(1, [0])) == [(5, 5, 1)]
+
+
+def test_list_config_resources_lists_groups_with_configs(broker: BrokerThread, client: RawClient) -> None:
+    s = Share(broker, client, records=0)  # its group has share.auto.offset.reset set
+    listed = client.call(LIST_CONFIG_RESOURCES, 1, M.ListConfigResourcesRequest(resource_types=[32]))
+    assert listed.error_code == 0
+    found = {(r.resource_name, r.resource_type) for r in listed.config_resources}
+    assert (s.group, 32) in found and all(t == 32 for _, t in found)
 
 
 def test_the_dead_letter_queue(broker: BrokerThread, client: RawClient) -> None:
@@ -417,7 +527,9 @@ def test_share_metrics(broker: BrokerThread, client: RawClient) -> None:
     assert "kafka_share_in_flight_records%s 3.0" % labels in text  # 2-4: 2 released, 3-4 acquired
     assert "kafka_share_lag%s 3.0" % labels in text
     assert 'kafka_groups{protocol="share",state="Stable"}' in text  # broker/state_metrics.py
-    for counter in ("acquired", "acknowledged", "released", "lock_expired", "archived", "dead_lettered"):
+    assert "kafka_share_sessions " in text
+    for counter in ("acquired", "redelivered", "acknowledged", "released", "rejected", "lock_expired", "archived",
+                    "dead_lettered", "dead_letter_failed"):
         assert "kafka_share_records_%s_total " % counter in text
 
 

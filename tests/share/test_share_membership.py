@@ -3,6 +3,7 @@ assignor."""
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from typing import Any
 
@@ -28,11 +29,11 @@ T2 = uuid.uuid5(uuid.NAMESPACE_DNS, "t2")
 
 
 class ShareHarness(ShardHarness):
-    def __init__(self, log: Any = None) -> None:
+    def __init__(self, log: Any = None, config: GroupCoordinatorConfig = CONFIG) -> None:
         self.metadata = StaticTopicMetadata()
         self.metadata.add("t1", 2, T1)
         self.metadata.add("t2", 3, T2)
-        super().__init__(CONFIG, log=log)
+        super().__init__(config, log=log)
 
     def _make_shard(self, config: GroupCoordinatorConfig) -> GroupCoordinatorShard:
         return GroupCoordinatorShard(self.timer, config, metadata=self.metadata)
@@ -196,3 +197,39 @@ def test_a_held_share_heartbeat_released_by_another_request_asks_the_member_back
     held = h.hb("m1", 1)
     h.shard.on_unloaded()
     assert isinstance(held, Deferred) and held.result().error_code == E.NOT_COORDINATOR
+
+
+def test_group_share_max_size_refuses_one_member_too_many() -> None:
+    h = ShareHarness(config=dataclasses.replace(CONFIG, share_max_size=2))
+    h.hb("m1", 0, ["t1"])
+    h.hb("m2", 0, ["t1"])
+    with pytest.raises(KafkaError) as err:
+        h.hb("m3", 0, ["t1"])
+    assert err.value.code is E.GROUP_MAX_SIZE_REACHED
+    assert list(h.group("g").members) == ["m1", "m2"]  # nothing else changed
+    h.hb("m2", -1)
+    assert h.hb("m3", 0, ["t1"]).error_code == E.NONE  # a place is free again
+
+
+def test_subscription_changes_and_topics_grown_or_deleted_move_the_assignment() -> None:
+    h = ShareHarness()
+    r = h.hb("m1", 0, ["t1", "t2"])
+    assert assigned(r) == {T1: [0, 1], T2: [0, 1, 2]}
+    # t1 grows to 4 partitions: the next heartbeat carries them
+    h.metadata.add("t1", 4, T1)
+    h.run(lambda s, now: s.on_metadata_change(set(), set(), {"t1"}, now))
+    r = h.hb("m1", r.member_epoch)
+    assert assigned(r) == {T1: [0, 1, 2, 3], T2: [0, 1, 2]}
+    assert {(T1, 2), (T1, 3)} <= h.group("g").initialized_partitions()
+    # t2 is deleted: its partitions leave the assignment
+    h.metadata.remove("t2")
+    h.run(lambda s, now: s.on_metadata_change(set(), {"t2"}, set(), now))
+    r = h.hb("m1", r.member_epoch)
+    assert assigned(r) == {T1: [0, 1, 2, 3]}
+    # the member subscribes to a new topic only: t1 goes, t3 comes
+    t3 = uuid.uuid5(uuid.NAMESPACE_DNS, "t3")
+    h.metadata.add("t3", 1, t3)
+    h.run(lambda s, now: s.on_metadata_change({"t3"}, set(), set(), now))
+    epoch = r.member_epoch
+    r = h.hb("m1", epoch, ["t3"])
+    assert assigned(r) == {t3: [0]} and r.member_epoch > epoch
