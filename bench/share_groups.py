@@ -167,6 +167,11 @@ def consume(target: Target, topic: str, group: str, n: int, share: bool, limit: 
                     first.append(now)
                 last[0] = max(last[0], now)
                 seen[i] += len(got)
+        # closed on the thread that polled it: a close from another thread has hung for minutes
+        try:
+            c.close()
+        except Exception:
+            pass
 
     cpu0 = cpu_seconds(target.pid)
     t0 = time.perf_counter()
@@ -182,12 +187,10 @@ def consume(target: Target, topic: str, group: str, n: int, share: bool, limit: 
     cpu = cpu_seconds(target.pid) - cpu0
     done.set()
     for t in threads:
-        t.join(10)
-    for c in members:
-        try:
-            c.close()
-        except Exception:
-            pass
+        t.join(30)
+    hung = sum(t.is_alive() for t in threads)
+    if hung:
+        print("%d consumer(s) still closing after 30 s, left behind" % hung, file=sys.stderr, flush=True)
     total = sum(seen)
     span = last[0] - first[0] if first and last[0] > first[0] else None
     return {"records": total, "complete": total >= n, "per_member": seen,

@@ -258,10 +258,10 @@ def test_max_records_is_bounded_by_the_record_locks(broker: BrokerThread, client
     assert sum(last - first + 1 for first, last, _ in got) == 100 and got[0][0] == 0
 
 
-def _lock_deadline(broker: BrokerThread, s: Share, offset: int) -> tuple[int, int, int | None]:
-    """(state, delivery count, lock deadline) of an offset of partition 0, read on the broker's loop."""
+def _lock_deadline(broker: BrokerThread, s: Share, offset: int, partition: int = 0) -> tuple[int, int, int | None]:
+    """(state, delivery count, lock deadline) of an offset of a partition, read on the broker's loop."""
     async def read() -> tuple[int, int, int | None]:
-        st = broker.broker.share_manager.entries[(s.group, s.topic_id, 0)].engine.state_of(offset)
+        st = broker.broker.share_manager.entries[(s.group, s.topic_id, partition)].engine.state_of(offset)
         assert st is not None
         return int(st.state), st.delivery_count, st.deadline
 
@@ -309,6 +309,19 @@ def test_acknowledging_another_members_records_changes_nothing(broker: BrokerThr
     assert [_lock_deadline(broker, s, o)[:2] for o in range(4)] == [(1, 1)] * 4  # still s's, ACQUIRED
     assert partition_of(s.acknowledge(1, {0: [ack_batch(0, 3)]})).error_code == 0
     assert offsets_of(s.describe_offsets())[(s.topic, 0)] == (4, 0)
+
+
+def test_a_bad_acknowledgement_affects_only_its_partition(broker: BrokerThread, client: RawClient) -> None:
+    s = Share(broker, client, records=3, partitions=2)
+    assert produce(client, s.topic, 1, batch([b"a", b"b", b"c"])).error_code == 0
+    s.join()
+    opened = s.fetch(0, [0, 1])
+    assert (acquired(opened, 0), acquired(opened, 1)) == ([(0, 2, 1)], [(0, 2, 1)])
+    response = s.acknowledge(1, {0: [ack_batch(0, 2)], 1: [ack_batch(0, 1), ack_batch(2, 5)]})
+    assert (partition_of(response, 0).error_code, partition_of(response, 1).error_code) == (0, E.INVALID_REQUEST)
+    assert [_lock_deadline(broker, s, o, 1)[:2] for o in range(3)] == [(1, 1)] * 3  # p1 untouched, all of it
+    assert partition_of(s.acknowledge(2, {1: [ack_batch(0, 2)]}), 1).error_code == 0
+    assert offsets_of(s.describe_offsets()) == {(s.topic, 0): (3, 0), (s.topic, 1): (3, 0)}
 
 
 def test_a_long_poll_wakes_on_released_records_and_new_data(broker: BrokerThread, client: RawClient) -> None:

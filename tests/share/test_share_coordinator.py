@@ -72,6 +72,27 @@ def test_replaying_the_log_gives_the_same_state() -> None:
     assert again.read_state(KEY) == shard.read_state(KEY)
 
 
+def test_delivery_complete_count_is_persisted_and_replayed() -> None:
+    """KIP-1226: the count of records done above the start offset rides in snapshots and updates
+    (a tagged field); a write that does not know it (-1) keeps the known value."""
+    shard = ShareCoordinatorShard(snapshot_every=5)
+    log = []
+    for count, record_type in ((2, SHARE_SNAPSHOT), (5, SHARE_UPDATE), (-1, SHARE_UPDATE)):
+        result = shard.write_state(WriteState(KEY, 0, 0, 0, count, (StateBatch(0, 9, ACKNOWLEDGED, 1),)), 0)
+        for key, value in result.records:
+            assert parse_record(key, value)[0] == record_type
+            if count >= 0:
+                assert parse_record(key, value)[2].delivery_complete_count == count
+            shard.replay(key, value)
+            log.append((key, value))
+    state = shard.read_state(KEY)
+    assert state is not None and state.delivery_complete_count == 5
+    again = ShareCoordinatorShard(snapshot_every=5)
+    for key, value in log:
+        again.replay(key, value)
+    assert again.read_state(KEY) == state
+
+
 def test_writes_are_fenced_by_state_and_leader_epochs_and_need_the_partition() -> None:
     shard = ShareCoordinatorShard(partition_exists=lambda topic_id, partition: partition < 2)
     for key, value in shard.initialize_state(KEY, 3, 10, 0).records:

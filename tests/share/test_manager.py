@@ -1,5 +1,6 @@
-"""The share-partition manager reads from the log what the acquisition can use: a window that grows
-until it holds the records wanted (or the log's end), never MaxBytes of log for a few records."""
+"""The share-partition manager on in-memory fakes: it reads from the log what the acquisition can
+use (a window that grows until it holds the records wanted or the log's end, never MaxBytes of log
+for a few records), and resumes the dead-letter queue after a restart."""
 
 from __future__ import annotations
 
@@ -9,8 +10,11 @@ from typing import Any
 
 from broker.coordinator.share.records import ShareKey
 from broker.coordinator.share.shard import WriteState
-from broker.coordinator.share.state import ShareGroupOffset
+from broker.coordinator.share.state import ShareGroupOffset, StateBatch
 from broker.coordinator.timer import ManualClock
+from broker.share.dlq import DeadLetter, DeadLetterWriter
+from broker.share.engine import ShareSettings
+from broker.share.inflight import RecordState
 from broker.share.manager import READ_WINDOW, ShareGroupSettings, SharePartitionManager
 from protocol.records import build_batch
 
@@ -19,11 +23,15 @@ VALUE = b"x" * 1024
 
 
 class Persister:
+    def __init__(self, state: ShareGroupOffset | None = None) -> None:
+        self.state = state
+        self.writes: list[WriteState] = []
+
     async def read_state(self, key: ShareKey) -> ShareGroupOffset | None:
-        return None
+        return self.state
 
     async def write_state(self, write: WriteState) -> None:
-        return None
+        self.writes.append(write)
 
 
 class Read:
@@ -65,9 +73,11 @@ class LogPartition:
         pass
 
 
-def manager(partition: LogPartition) -> SharePartitionManager:
-    return SharePartitionManager(Persister(), lambda topic_id, index: partition,
-                                 lambda group_id: ShareGroupSettings(auto_offset_reset="earliest"), ManualClock())
+def manager(partition: LogPartition, persister: Persister | None = None, dlq: bool = False,
+            dead_letters: DeadLetterWriter | None = None) -> SharePartitionManager:
+    settings = ShareGroupSettings(engine=ShareSettings(dlq=dlq), auto_offset_reset="earliest")
+    return SharePartitionManager(persister or Persister(), lambda topic_id, index: partition,
+                                 lambda group_id: settings, ManualClock(), dead_letters=dead_letters)
 
 
 async def fetch(m: SharePartitionManager, max_records: int) -> list[tuple[int, int]]:
@@ -92,4 +102,31 @@ async def test_the_window_grows_until_it_holds_the_records_wanted_or_the_log_end
     partition.reads.clear()
     assert await fetch(m, 500) == [(1500, 1999)]  # at the 2,000 record locks cap
     assert partition.reads == [READ_WINDOW]
+    await m.stop()
+
+
+async def test_records_left_in_archiving_by_a_crash_go_to_the_dead_letter_queue_on_load() -> None:
+    """KIP-1191: ARCHIVING survives a restart; loading the share-partition writes those records to
+    the dead-letter queue (again: at least once) and then archives them, durably."""
+    partition = LogPartition(batches=1)
+    persisted = ShareGroupOffset(start_offset=0, state_epoch=0, state_batches=(
+        StateBatch(0, 1, int(RecordState.ACKNOWLEDGED), 1), StateBatch(2, 4, int(RecordState.ARCHIVING), 5)))
+    persister = Persister(persisted)
+    letters: list[DeadLetter] = []
+    written = asyncio.Event()
+
+    async def write(letter: DeadLetter) -> None:
+        letters.append(letter)
+        written.set()
+
+    m = manager(partition, persister, dlq=True, dead_letters=write)
+    entry = await m.entry("g", (TOPIC, 0))
+    await asyncio.wait_for(written.wait(), 5)
+    for _ in range(100):  # the archive write follows the DLQ write on the loop
+        if entry.engine.start_offset == 5:
+            break
+        await asyncio.sleep(0)
+    assert [(x.first_offset, x.last_offset, x.delivery_count) for x in letters] == [(2, 4, 5)]
+    assert entry.engine.start_offset == 5 and m.metrics.dead_lettered == 3
+    assert persister.writes[-1].batches == (StateBatch(2, 4, int(RecordState.ARCHIVED), 5),)
     await m.stop()
