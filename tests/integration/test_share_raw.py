@@ -369,6 +369,35 @@ def test_list_config_resources_lists_groups_with_configs(broker: BrokerThread, c
     assert (s.group, 32) in found and all(t == 32 for _, t in found)
 
 
+def test_heartbeat_settings_of_group_configs_reach_live_members(broker: BrokerThread, client: RawClient) -> None:
+    """share.heartbeat.interval.ms and (KIP-848) consumer.heartbeat.interval.ms set on live groups
+    are in their members' next heartbeat responses (a heartbeat with something new is not held)."""
+    s = Share(broker, client, records=0)
+    assert s.join().heartbeat_interval_ms == 5000
+    s.set_configs(**{"share.heartbeat.interval.ms": "7000"})
+    request = M.ShareGroupHeartbeatRequest(group_id=s.group, member_id=s.member, member_epoch=s.epoch,
+                                           rack_id="rack-b", subscribed_topic_names=None)  # new: answered at once
+    assert client.call(SHARE_HEARTBEAT, 1, request).heartbeat_interval_ms == 7000
+
+    C = M.ConsumerGroupHeartbeatRequest
+    group = s.group + "-consumer"
+
+    def consumer_join(member: str) -> Any:
+        response = client.call(68, 0, C(group_id=group, member_id=member, member_epoch=0, instance_id=None,
+                                        rack_id=None, rebalance_timeout_ms=30000, subscribed_topic_names=[s.topic],
+                                        server_assignor=None, topic_partitions=[]))
+        assert response.error_code == 0, response
+        return response
+
+    assert consumer_join(uuid.uuid4().hex[:22]).heartbeat_interval_ms == 5000
+    R = M.IncrementalAlterConfigsRequest
+    altered = client.call(INCREMENTAL_ALTER_CONFIGS, 1, R(resources=[R.AlterConfigsResource(
+        resource_type=32, resource_name=group, configs=[R.AlterableConfig(
+            name="consumer.heartbeat.interval.ms", config_operation=0, value="7000")])], validate_only=False))
+    assert altered.responses[0].error_code == 0
+    assert consumer_join(uuid.uuid4().hex[:22]).heartbeat_interval_ms == 7000  # the group is live: no restart
+
+
 def test_the_dead_letter_queue(broker: BrokerThread, client: RawClient) -> None:
     s = Share(broker, client, records=4)
     dlq = "dlq.%s" % s.topic
