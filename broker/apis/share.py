@@ -223,6 +223,10 @@ async def handle_share_fetch(ctx: Any, request: Any) -> Any:
         return failed(E.INVALID_REQUEST, "A share fetch needs a group id and a member id.")
     version = ctx.api_version
     renew_only = version >= 2 and request.is_renew_ack
+    if renew_only and (request.max_bytes or request.min_bytes or request.max_records or request.max_wait_ms):
+        # KIP-1222 (Kafka's KAFKA-19844): a fetch that renews locks fetches nothing, and says so
+        return failed(E.INVALID_REQUEST, "A ShareFetch with IsRenewAck must have MaxBytes, MinBytes, MaxRecords and "
+                                         "MaxWaitMs 0.")
     mode = request.share_acquire_mode if version >= 2 else 0
     if mode not in (0, RECORD_LIMIT):
         return failed(E.INVALID_REQUEST, "Unknown share acquire mode %d." % mode)

@@ -285,7 +285,11 @@ def test_share_fetch_v2_acquire_modes_and_renew(broker: BrokerThread, client: Ra
     state, count, after = _lock_deadline(broker, s, 0)
     assert (state, count) == (1, 1) and after is not None and after >= before + 15000  # ACQUIRED, not redelivered
     assert produce(client, s.topic, 0, batch([b"late"])).error_code == 0
-    renew_fetch = s.fetch(4, acks={0: [ack(3, 5, 4)]}, version=2, is_renew_ack=True, max_records=0, min_bytes=0)
+    # KIP-1222: a renewing fetch must ask for nothing; otherwise INVALID_REQUEST and nothing changes
+    refused = s.fetch(4, acks={0: [ack(3, 5, 4)]}, version=2, is_renew_ack=True, max_records=0, min_bytes=0)
+    assert refused.error_code == E.INVALID_REQUEST and refused.responses == []
+    renew_fetch = s.fetch(4, acks={0: [ack(3, 5, 4)]}, version=2, is_renew_ack=True, max_records=0, min_bytes=0,
+                          max_bytes=0)
     assert renew_fetch.error_code == 0 and acquired(renew_fetch) == []  # offset 10 is not handed out
     assert partition_of(renew_fetch).acknowledge_error_code == 0
     assert _lock_deadline(broker, s, 3)[2] >= before + 15000  # type: ignore[operator]
