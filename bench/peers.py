@@ -159,10 +159,12 @@ def start_ours(
     python: str = sys.executable,
     profile_to: Path | None = None,
     ready_timeout: float = 60.0,
+    repo: Path = REPO,
 ) -> Peer:
     """`python -m broker` on a free port with its logs in a fresh directory under `workdir`.
 
-    `profile_to` runs it under cProfile (stats written there at clean shutdown)."""
+    `profile_to` runs it under cProfile (stats written there at clean shutdown); `repo` is the
+    checkout whose broker runs (another one than this: to compare two versions)."""
     wd = _workdir("ours", workdir)
     port = free_port()
     props = {"listeners": "PLAINTEXT://%s:%d" % (HOST, port), "log.dirs": str(wd / "data")}
@@ -174,7 +176,7 @@ def start_ours(
     for k, v in props.items():
         argv += ["--override", "%s=%s" % (k, v)]
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo), env.get("PYTHONPATH", "")]))
     proc, log_path = _spawn("ours", argv, wd, env)
     peer = Peer("ours", "%s:%d" % (HOST, port), proc, wd, log_path, info={"overrides": dict(overrides or {})})
     _wait_ready(peer, HOST, port, ready_timeout)
