@@ -695,6 +695,715 @@ static PyTypeObject ProgramType = {
     .tp_new = program_new,
 };
 
+/* ---- encoder ----------------------------------------------------------------------------- */
+/* The other direction, for the same generated classes (protocol/accel.py builds Encoders): one
+ * Encoder per struct at one version, holding the fields the version carries in wire order and
+ * its tagged fields by tag, each with the test that leaves a tagged field out (its default).
+ * encode() writes the whole message into one buffer and returns the list of parts the generated
+ * Python encoder's writer receives joined: one bytes object, except that records values that are
+ * not small buffers (file slices, large batches) are passed through as parts of their own.
+ * Given a header, the first part starts with the int32 size of the frame and that header. */
+
+enum { SKIP_NONE = 1, SKIP_FALSY, SKIP_EQUAL }; /* a tagged field is left out when None / empty / default */
+
+#define COPY_RECORDS_MAX 16384 /* records buffers up to this size are copied, larger ones passed through */
+
+typedef struct {
+    Py_ssize_t offset; /* of the field's slot in instances of the encoder's class */
+    int kind;
+    int flags;
+    int elem;
+    int skip;          /* tagged fields only */
+    long long tag;     /* tagged fields only */
+    PyObject *arg;     /* Encoder of a struct (or of struct elements) (owned) */
+    PyObject *dflt;    /* SKIP_EQUAL: the default (owned) */
+    PyObject *attr;    /* attribute name, for objects of another class (owned) */
+} EncOp;
+
+typedef struct {
+    PyObject_HEAD
+    PyTypeObject *cls; /* owned */
+    PyObject *name;    /* owned */
+    int flex;
+    Py_ssize_t nops;
+    Py_ssize_t ntagged;
+    EncOp *ops; /* nops wire ops, then ntagged tagged ops sorted by tag */
+} Encoder;
+
+static PyTypeObject EncoderType;
+
+typedef struct {
+    char *buf;
+    Py_ssize_t len;
+    Py_ssize_t cap;
+    int heap;          /* buf was allocated (else it is the caller's stack buffer) */
+    PyObject *parts;   /* flushed bytes and passed-through values, or NULL */
+    Py_ssize_t moved;  /* total length of the parts */
+    int copy_all;      /* a tagged field's writer: everything is copied */
+} Writer;
+
+static int
+w_grow(Writer *w, Py_ssize_t need)
+{
+    Py_ssize_t cap = w->cap;
+    while (cap - w->len < need) {
+        if (cap > PY_SSIZE_T_MAX / 2) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        cap *= 2;
+    }
+    char *buf;
+    if (w->heap) {
+        buf = PyMem_Realloc(w->buf, (size_t)cap);
+    }
+    else {
+        buf = PyMem_Malloc((size_t)cap);
+        if (buf != NULL)
+            memcpy(buf, w->buf, (size_t)w->len);
+    }
+    if (buf == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    w->buf = buf;
+    w->cap = cap;
+    w->heap = 1;
+    return 0;
+}
+
+static inline char *
+w_reserve(Writer *w, Py_ssize_t n)
+{
+    if (w->cap - w->len < n && w_grow(w, n) < 0)
+        return NULL;
+    char *p = w->buf + w->len;
+    w->len += n;
+    return p;
+}
+
+static inline int
+w_bytes(Writer *w, const void *data, Py_ssize_t n)
+{
+    char *p = w_reserve(w, n);
+    if (p == NULL)
+        return -1;
+    memcpy(p, data, (size_t)n);
+    return 0;
+}
+
+static inline int
+w_uvarint(Writer *w, unsigned long long v)
+{
+    char *p = w_reserve(w, 10);
+    if (p == NULL)
+        return -1;
+    Py_ssize_t n = 0;
+    while (v >= 0x80) {
+        p[n++] = (char)((v & 0x7F) | 0x80);
+        v >>= 7;
+    }
+    p[n++] = (char)v;
+    w->len -= 10 - n;
+    return 0;
+}
+
+static inline void
+put_be(char *p, unsigned long long v, int size)
+{
+    for (int i = size - 1; i >= 0; i--) {
+        p[i] = (char)(v & 0xFF);
+        v >>= 8;
+    }
+}
+
+/* The bytes written so far become a part of their own; `value` (of length n) follows them. */
+static int
+w_pass(Writer *w, PyObject *value, Py_ssize_t n)
+{
+    if (w->parts == NULL && (w->parts = PyList_New(0)) == NULL)
+        return -1;
+    if (w->len) {
+        PyObject *chunk = PyBytes_FromStringAndSize(w->buf, w->len);
+        if (chunk == NULL)
+            return -1;
+        int rc = PyList_Append(w->parts, chunk);
+        Py_DECREF(chunk);
+        if (rc < 0)
+            return -1;
+        w->moved += w->len;
+        w->len = 0;
+    }
+    if (PyList_Append(w->parts, value) < 0)
+        return -1;
+    w->moved += n;
+    return 0;
+}
+
+static void
+w_free(Writer *w)
+{
+    if (w->heap)
+        PyMem_Free(w->buf);
+    Py_CLEAR(w->parts);
+}
+
+static int
+enc_error(const EncOp *op, PyObject *exc, const char *what)
+{
+    if (op != NULL && op->attr != NULL)
+        PyErr_Format(exc, "%U: %s", op->attr, what);
+    else
+        PyErr_SetString(exc, what);
+    return -1;
+}
+
+static int
+write_int(Writer *w, const EncOp *op, int kind, PyObject *v)
+{
+    static const long long lo[] = {-128, -32768, 0, -2147483648LL, 0};
+    static const long long hi[] = {127, 32767, 65535, 2147483647LL, 4294967295LL};
+    static const int size[] = {1, 2, 2, 4, 4};
+    int overflow;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (x == -1 && PyErr_Occurred())
+        return -1;
+    if (kind == K_INT64) {
+        if (overflow)
+            return enc_error(op, PyExc_OverflowError, "int64 out of range");
+        char *p = w_reserve(w, 8);
+        if (p == NULL)
+            return -1;
+        put_be(p, (unsigned long long)x, 8);
+        return 0;
+    }
+    if (overflow || x < lo[kind] || x > hi[kind])
+        return enc_error(op, PyExc_OverflowError, "integer out of range for its type");
+    char *p = w_reserve(w, size[kind]);
+    if (p == NULL)
+        return -1;
+    put_be(p, (unsigned long long)x, size[kind]);
+    return 0;
+}
+
+static int
+write_uuid(Writer *w, const EncOp *op, PyObject *v)
+{
+    char *p = w_reserve(w, 16);
+    if (p == NULL)
+        return -1;
+    if (Py_IS_TYPE(v, UUIDType) && uuid_int_offset >= 0) {
+        PyObject *i = SLOT(v, uuid_int_offset);
+        if (i == NULL || !PyLong_Check(i))
+            return enc_error(op, PyExc_TypeError, "a UUID without its int");
+#if PY_VERSION_HEX >= 0x030D0000
+        Py_ssize_t n = PyLong_AsNativeBytes(i, p, 16, Py_ASNATIVEBYTES_BIG_ENDIAN | Py_ASNATIVEBYTES_UNSIGNED_BUFFER
+                                                          | Py_ASNATIVEBYTES_REJECT_NEGATIVE);
+        if (n < 0)
+            return -1;
+        if (n > 16)
+            return enc_error(op, PyExc_OverflowError, "UUID int out of range");
+#else
+        if (_PyLong_AsByteArray((PyLongObject *)i, (unsigned char *)p, 16, 0, 0) < 0)
+            return -1;
+#endif
+        return 0;
+    }
+    /* anything with a .bytes attribute, as the generated encoder takes it (struct's 16s pads) */
+    PyObject *raw = PyObject_GetAttrString(v, "bytes");
+    if (raw == NULL)
+        return -1;
+    Py_buffer view;
+    if (PyObject_GetBuffer(raw, &view, PyBUF_SIMPLE) < 0) {
+        Py_DECREF(raw);
+        return -1;
+    }
+    memset(p, 0, 16);
+    memcpy(p, view.buf, (size_t)(view.len < 16 ? view.len : 16));
+    PyBuffer_Release(&view);
+    Py_DECREF(raw);
+    return 0;
+}
+
+static int
+write_fixed(Writer *w, const EncOp *op, int kind, PyObject *v)
+{
+    switch (kind) {
+    case K_INT8:
+    case K_INT16:
+    case K_UINT16:
+    case K_INT32:
+    case K_UINT32:
+        return write_int(w, op, kind, v);
+    case K_INT64:
+        return write_int(w, op, kind, v);
+    case K_FLOAT64: {
+        double d = PyFloat_AsDouble(v);
+        if (d == -1.0 && PyErr_Occurred())
+            return -1;
+        char *p = w_reserve(w, 8);
+        if (p == NULL)
+            return -1;
+        return PyFloat_Pack8(d, p, 0);
+    }
+    case K_BOOL: {
+        int t = PyObject_IsTrue(v);
+        if (t < 0)
+            return -1;
+        char c = (char)t;
+        return w_bytes(w, &c, 1);
+    }
+    case K_UUID:
+        return write_uuid(w, op, v);
+    }
+    PyErr_SetString(PyExc_SystemError, "not a fixed-size kind");
+    return -1;
+}
+
+/* A length prefix (or null when n < 0): compact varint of n + 1, else int16 (strings) or int32. */
+static int
+write_length(Writer *w, const EncOp *op, int flags, int wide, long long n)
+{
+    if (flags & F_COMPACT)
+        return w_uvarint(w, (unsigned long long)(n + 1));
+    if (wide) {
+        if (n > 2147483647LL)
+            return enc_error(op, PyExc_OverflowError, "length out of range");
+        char *p = w_reserve(w, 4);
+        if (p == NULL)
+            return -1;
+        put_be(p, (unsigned long long)n, 4);
+        return 0;
+    }
+    if (n > 32767)
+        return enc_error(op, PyExc_OverflowError, "string longer than 32767 bytes");
+    char *p = w_reserve(w, 2);
+    if (p == NULL)
+        return -1;
+    put_be(p, (unsigned long long)n, 2);
+    return 0;
+}
+
+/* string, bytes or records; None is written as null, as the generated encoder does */
+static int
+write_blob(Writer *w, const EncOp *op, int kind, int flags, PyObject *v)
+{
+    if (v == Py_None)
+        return write_length(w, op, flags, kind != K_STRING, -1);
+    if (kind == K_STRING) {
+        if (!PyUnicode_Check(v))
+            return enc_error(op, PyExc_TypeError, "a string field needs a str");
+        Py_ssize_t n;
+        const char *s = PyUnicode_AsUTF8AndSize(v, &n);
+        if (s == NULL)
+            return -1;
+        if (write_length(w, op, flags, 0, n) < 0)
+            return -1;
+        return w_bytes(w, s, n);
+    }
+    if (PyBytes_CheckExact(v)) {
+        Py_ssize_t n = PyBytes_GET_SIZE(v);
+        if (write_length(w, op, flags, 1, n) < 0)
+            return -1;
+        if (kind == K_RECORDS && n > COPY_RECORDS_MAX && !w->copy_all)
+            return w_pass(w, v, n);
+        return w_bytes(w, PyBytes_AS_STRING(v), n);
+    }
+    if (PyObject_CheckBuffer(v)) {
+        Py_buffer view;
+        if (PyObject_GetBuffer(v, &view, PyBUF_SIMPLE) < 0)
+            return -1;
+        int rc = write_length(w, op, flags, 1, view.len);
+        if (rc == 0) {
+            if (kind == K_RECORDS && view.len > COPY_RECORDS_MAX && !w->copy_all)
+                rc = w_pass(w, v, view.len);
+            else
+                rc = w_bytes(w, view.buf, view.len);
+        }
+        PyBuffer_Release(&view);
+        return rc;
+    }
+    /* no buffer: a records value read only when it is sent (a file slice) */
+    Py_ssize_t n = PyObject_Length(v);
+    if (n < 0)
+        return -1;
+    if (kind != K_RECORDS || w->copy_all)
+        return enc_error(op, PyExc_TypeError, "a bytes field needs a bytes-like value");
+    if (write_length(w, op, flags, 1, n) < 0)
+        return -1;
+    return w_pass(w, v, n);
+}
+
+static int encode_struct(Encoder *e, PyObject *obj, Writer *w);
+
+static int
+write_array(Writer *w, const EncOp *op, PyObject *v)
+{
+    if (v == Py_None)
+        return write_length(w, op, op->flags, 1, -1);
+    PyObject *seq = PySequence_Fast(v, "an array field needs a sequence");
+    if (seq == NULL)
+        return -1;
+    Py_ssize_t i, n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    int rc = write_length(w, op, op->flags, 1, n);
+    int elem = op->elem;
+    for (i = 0; i < n && rc == 0; i++) {
+        if (elem == K_STRUCT)
+            rc = encode_struct((Encoder *)op->arg, items[i], w);
+        else if (elem <= K_UUID)
+            rc = write_fixed(w, op, elem, items[i]);
+        else
+            rc = write_blob(w, op, elem, op->flags, items[i]);
+    }
+    Py_DECREF(seq);
+    return rc;
+}
+
+static int
+write_op(Writer *w, const EncOp *op, PyObject *v)
+{
+    int kind = op->kind;
+    if (kind <= K_UUID)
+        return write_fixed(w, op, kind, v);
+    switch (kind) {
+    case K_STRING:
+    case K_BYTES:
+    case K_RECORDS:
+        return write_blob(w, op, kind, op->flags, v);
+    case K_ARRAY:
+        return write_array(w, op, v);
+    case K_STRUCT:
+        if (op->flags & F_NULLABLE) {
+            char marker = v == Py_None ? (char)-1 : 1;
+            if (w_bytes(w, &marker, 1) < 0)
+                return -1;
+            if (v == Py_None)
+                return 0;
+        }
+        return encode_struct((Encoder *)op->arg, v, w);
+    }
+    PyErr_SetString(PyExc_SystemError, "bad encoder op kind");
+    return -1;
+}
+
+/* the field's value: the slot when obj is of the encoder's class, else the attribute (new ref) */
+static inline PyObject *
+field_value(Encoder *e, PyObject *obj, const EncOp *op)
+{
+    if (Py_IS_TYPE(obj, e->cls)) {
+        PyObject *v = SLOT(obj, op->offset);
+        if (v == NULL) {
+            PyErr_Format(PyExc_AttributeError, "'%s' object has no attribute '%U'", e->cls->tp_name, op->attr);
+            return NULL;
+        }
+        return Py_NewRef(v);
+    }
+    return PyObject_GetAttr(obj, op->attr);
+}
+
+static int
+tagged_present(const EncOp *op, PyObject *v)
+{
+    switch (op->skip) {
+    case SKIP_NONE:
+        return v != Py_None;
+    case SKIP_FALSY:
+        return PyObject_IsTrue(v);
+    default:
+        return PyObject_RichCompareBool(v, op->dflt, Py_NE);
+    }
+}
+
+static int
+encode_tagged(Encoder *e, PyObject *obj, Writer *w)
+{
+    const EncOp *t = e->ops + e->nops;
+    Py_ssize_t i, count = 0, n = e->ntagged;
+    PyObject *values[64]; /* a struct has far fewer tagged fields: accel.py checks */
+    for (i = 0; i < n; i++) {
+        values[i] = field_value(e, obj, t + i);
+        int present = values[i] == NULL ? -1 : tagged_present(t + i, values[i]);
+        if (present <= 0) {
+            Py_XDECREF(values[i]);
+            values[i] = NULL;
+            if (present < 0) {
+                while (i-- > 0)
+                    Py_XDECREF(values[i]);
+                return -1;
+            }
+        }
+        else {
+            count++;
+        }
+    }
+    int rc = w_uvarint(w, (unsigned long long)count);
+    for (i = 0; i < n; i++) {
+        if (values[i] == NULL)
+            continue;
+        if (rc == 0) {
+            char stack[256];
+            Writer sub = {stack, 0, sizeof stack, 0, NULL, 0, 1};
+            rc = write_op(&sub, t + i, values[i]);
+            if (rc == 0)
+                rc = w_uvarint(w, (unsigned long long)t[i].tag);
+            if (rc == 0)
+                rc = w_uvarint(w, (unsigned long long)sub.len);
+            if (rc == 0)
+                rc = w_bytes(w, sub.buf, sub.len);
+            w_free(&sub);
+        }
+        Py_DECREF(values[i]);
+    }
+    return rc;
+}
+
+static int
+encode_struct(Encoder *e, PyObject *obj, Writer *w)
+{
+    const EncOp *op = e->ops;
+    const EncOp *end = op + e->nops;
+    for (; op < end; op++) {
+        PyObject *v = field_value(e, obj, op);
+        if (v == NULL)
+            return -1;
+        int rc = write_op(w, op, v);
+        Py_DECREF(v);
+        if (rc < 0)
+            return -1;
+    }
+    if (!e->flex)
+        return 0;
+    if (e->ntagged == 0) {
+        char zero = 0;
+        return w_bytes(w, &zero, 1);
+    }
+    return encode_tagged(e, obj, w);
+}
+
+/* encode(obj, head=None) -> [parts]: with a head (bytes), the first part starts with the int32
+ * size of everything after it and then the head (a response frame). */
+static PyObject *
+encoder_encode(Encoder *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 1 || nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "encode(obj, head=None) takes 1 or 2 arguments");
+        return NULL;
+    }
+    PyObject *head = nargs == 2 ? args[1] : Py_None;
+    if (head != Py_None && !PyBytes_Check(head)) {
+        PyErr_SetString(PyExc_TypeError, "the head must be bytes");
+        return NULL;
+    }
+    char stack[1024];
+    Writer w = {stack, 0, sizeof stack, 0, NULL, 0, 0};
+    if (head != Py_None) {
+        char *p = w_reserve(&w, 4);
+        if (p == NULL || w_bytes(&w, PyBytes_AS_STRING(head), PyBytes_GET_SIZE(head)) < 0)
+            goto fail;
+    }
+    if (encode_struct(self, args[0], &w) < 0)
+        goto fail;
+    PyObject *last = PyBytes_FromStringAndSize(w.buf, w.len);
+    if (last == NULL)
+        goto fail;
+    PyObject *parts;
+    if (w.parts == NULL) {
+        parts = PyList_New(1);
+        if (parts == NULL) {
+            Py_DECREF(last);
+            goto fail;
+        }
+        PyList_SET_ITEM(parts, 0, last);
+    }
+    else {
+        parts = Py_NewRef(w.parts);
+        int rc = w.len ? PyList_Append(parts, last) : 0;
+        Py_DECREF(last);
+        if (rc < 0) {
+            Py_DECREF(parts);
+            goto fail;
+        }
+    }
+    if (head != Py_None) {
+        /* the first part is ours alone until it is returned: fill in the size */
+        Py_ssize_t total = w.moved + w.len - 4;
+        if (total > 2147483647LL) {
+            Py_DECREF(parts);
+            enc_error(NULL, PyExc_OverflowError, "frame larger than 2 GB");
+            goto fail;
+        }
+        put_be(PyBytes_AS_STRING(PyList_GET_ITEM(parts, 0)), (unsigned long long)total, 4);
+    }
+    w_free(&w);
+    return parts;
+fail:
+    w_free(&w);
+    return NULL;
+}
+
+
+/* ---- Encoder objects --------------------------------------------------------------------- */
+
+static void
+encoder_dealloc(Encoder *self)
+{
+    Py_ssize_t i;
+    if (self->ops != NULL) {
+        for (i = 0; i < self->nops + self->ntagged; i++) {
+            Py_XDECREF(self->ops[i].arg);
+            Py_XDECREF(self->ops[i].dflt);
+            Py_XDECREF(self->ops[i].attr);
+        }
+        PyMem_Free(self->ops);
+    }
+    Py_XDECREF(self->cls);
+    Py_XDECREF(self->name);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* (slot index, kind, flags, arg, skip, default): arg is the Encoder of struct kinds (and of
+ * arrays of structs) or the element kind of other arrays; skip and default matter for tagged
+ * fields only. */
+static int
+parse_enc_op(Encoder *self, PyObject *spec, PyObject *slots, EncOp *op)
+{
+    Py_ssize_t index;
+    int kind, flags, skip;
+    PyObject *arg, *dflt;
+    if (!PyTuple_Check(spec)) {
+        PyErr_SetString(PyExc_TypeError, "an op is a tuple");
+        return -1;
+    }
+    if (!PyArg_ParseTuple(spec, "niiOiO", &index, &kind, &flags, &arg, &skip, &dflt))
+        return -1;
+    if (index < 0 || index >= PyTuple_GET_SIZE(slots)) {
+        PyErr_SetString(PyExc_ValueError, "slot index out of range");
+        return -1;
+    }
+    if (!valid_kind(kind, 0)) {
+        PyErr_Format(PyExc_ValueError, "bad kind %d", kind);
+        return -1;
+    }
+    op->elem = -1;
+    if (kind == K_STRUCT && !PyObject_TypeCheck(arg, &EncoderType)) {
+        PyErr_SetString(PyExc_TypeError, "a struct op needs an Encoder");
+        return -1;
+    }
+    if (kind == K_ARRAY) {
+        if (PyObject_TypeCheck(arg, &EncoderType)) {
+            op->elem = K_STRUCT;
+        }
+        else {
+            long elem = PyLong_AsLong(arg);
+            if (elem == -1 && PyErr_Occurred())
+                return -1;
+            if (!valid_kind((int)elem, 0) || elem == K_STRUCT || elem == K_ARRAY) {
+                PyErr_Format(PyExc_ValueError, "bad array element kind %ld", elem);
+                return -1;
+            }
+            op->elem = (int)elem;
+        }
+    }
+    op->attr = Py_NewRef(PyTuple_GET_ITEM(slots, index));
+    op->offset = slot_offset(self->cls, op->attr);
+    if (op->offset < 0)
+        return -1;
+    op->kind = kind;
+    op->flags = flags;
+    op->skip = skip;
+    op->arg = Py_NewRef(arg);
+    op->dflt = Py_NewRef(dflt);
+    return 0;
+}
+
+static PyObject *
+encoder_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"cls", "name", "slots", "ops", "tagged", "flex", NULL};
+    PyObject *cls, *name, *slots, *ops, *tagged;
+    int flex;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!UO!O!O!p", kwlist, &PyType_Type, &cls, &name,
+                                     &PyTuple_Type, &slots, &PyTuple_Type, &ops, &PyTuple_Type,
+                                     &tagged, &flex))
+        return NULL;
+    Py_ssize_t i, nops = PyTuple_GET_SIZE(ops), ntagged = PyTuple_GET_SIZE(tagged);
+    if (ntagged > 64) {
+        PyErr_SetString(PyExc_ValueError, "more than 64 tagged fields");
+        return NULL;
+    }
+    for (i = 0; i < PyTuple_GET_SIZE(slots); i++) {
+        if (!PyUnicode_Check(PyTuple_GET_ITEM(slots, i))) {
+            PyErr_SetString(PyExc_TypeError, "slot names are strings");
+            return NULL;
+        }
+    }
+    Encoder *self = (Encoder *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->cls = (PyTypeObject *)Py_NewRef(cls);
+    self->name = Py_NewRef(name);
+    self->flex = flex;
+    self->ops = PyMem_Calloc((size_t)(nops + ntagged) + 1, sizeof(EncOp));
+    if (self->ops == NULL) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
+    for (i = 0; i < nops; i++) {
+        if (parse_enc_op(self, PyTuple_GET_ITEM(ops, i), slots, &self->ops[i]) < 0)
+            goto fail;
+        self->nops++;
+    }
+    for (i = 0; i < ntagged; i++) {
+        PyObject *item = PyTuple_GET_ITEM(tagged, i);
+        long long tag;
+        PyObject *spec;
+        if (!PyTuple_Check(item)) {
+            PyErr_SetString(PyExc_TypeError, "a tagged op is a (tag, op) tuple");
+            goto fail;
+        }
+        if (!PyArg_ParseTuple(item, "LO", &tag, &spec))
+            goto fail;
+        EncOp *op = &self->ops[nops + i];
+        if (parse_enc_op(self, spec, slots, op) < 0)
+            goto fail;
+        self->ntagged++;
+        op->tag = tag;
+        if (tag < 0 || op->skip < SKIP_NONE || op->skip > SKIP_EQUAL) {
+            PyErr_SetString(PyExc_ValueError, "a tagged op needs a tag >= 0 and a skip rule");
+            goto fail;
+        }
+    }
+    return (PyObject *)self;
+fail:
+    Py_DECREF(self);
+    return NULL;
+}
+
+static PyObject *
+encoder_repr(Encoder *self)
+{
+    return PyUnicode_FromFormat("<Encoder %U: %zd ops, %zd tagged>", self->name, self->nops, self->ntagged);
+}
+
+static PyMethodDef encoder_methods[] = {
+    {"encode", (PyCFunction)(void (*)(void))encoder_encode, METH_FASTCALL,
+     "encode(obj, head=None) -> list of parts; with a head, the first starts with the frame size and the head"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject EncoderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "protocol._speedups.Encoder",
+    .tp_basicsize = sizeof(Encoder),
+    .tp_dealloc = (destructor)encoder_dealloc,
+    .tp_repr = (reprfunc)encoder_repr,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Encoder(cls, name, slots, ops, tagged, flex): encoder of one struct at one version.",
+    .tp_methods = encoder_methods,
+    .tp_new = encoder_new,
+};
+
 /* ---- module ------------------------------------------------------------------------------ */
 
 static PyObject *
@@ -748,12 +1457,13 @@ static struct PyModuleDef speedups_module = {
 PyMODINIT_FUNC
 PyInit__speedups(void)
 {
-    if (PyType_Ready(&ProgramType) < 0)
+    if (PyType_Ready(&ProgramType) < 0 || PyType_Ready(&EncoderType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&speedups_module);
     if (m == NULL)
         return NULL;
-    if (PyModule_AddObjectRef(m, "Program", (PyObject *)&ProgramType) < 0)
+    if (PyModule_AddObjectRef(m, "Program", (PyObject *)&ProgramType) < 0
+        || PyModule_AddObjectRef(m, "Encoder", (PyObject *)&EncoderType) < 0)
         goto fail;
     PyObject *kinds = PyDict_New();
     if (kinds == NULL)
@@ -772,6 +1482,10 @@ PyInit__speedups(void)
         goto fail;
     }
     if (PyModule_AddIntConstant(m, "NULLABLE", F_NULLABLE) < 0 || PyModule_AddIntConstant(m, "COMPACT", F_COMPACT) < 0)
+        goto fail;
+    if (PyModule_AddIntConstant(m, "SKIP_NONE", SKIP_NONE) < 0 || PyModule_AddIntConstant(m, "SKIP_FALSY", SKIP_FALSY) < 0
+        || PyModule_AddIntConstant(m, "SKIP_EQUAL", SKIP_EQUAL) < 0
+        || PyModule_AddIntConstant(m, "COPY_RECORDS_MAX", COPY_RECORDS_MAX) < 0)
         goto fail;
     return m;
 fail:

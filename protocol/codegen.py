@@ -6,9 +6,10 @@ one decoder `d_<Struct>(data, mv, pos) -> (obj, pos)` and one encoder `e_<Struct
 precompiled `struct.Struct`. Source is compiled with `compile()`/`exec` into a namespace holding
 the helpers below; nothing is written per version by hand.
 
-`MessageCodec.decoder()` prefers the C decoder of protocol/accel.py (protocol/_speedups.c walking
-a description of the same structs) when it is built and not disabled by KAFKA_PY_NO_SPEEDUPS=1;
-the generated Python decoder (`py_decoder()`) is the fallback and the reference it must equal.
+`MessageCodec.decoder()` and `encoder()` prefer the C codecs of protocol/accel.py
+(protocol/_speedups.c walking a description of the same structs) when it is built and not
+disabled by KAFKA_PY_NO_SPEEDUPS=1; the generated Python code (`py_decoder()`, `py_encoder()`)
+is the fallback and the reference they must equal.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ _FIXED = {
 }
 
 _MISSING = object()
+_SIZE = struct.Struct(">i")
 
 
 _ZERO16 = bytes(16)
@@ -150,6 +152,7 @@ class MessageCodec:
         self._decoders: dict[int, Callable[..., Any]] = {}
         self._fast_decoders: dict[int, Callable[..., Any]] = {}
         self._encoders: dict[int, Callable[..., Any]] = {}
+        self._fast_encoders: dict[int, Callable[..., list[Any]]] = {}
         self._build_classes()
         self.root_class = self.classes[spec.root.name]
 
@@ -233,7 +236,29 @@ class MessageCodec:
             fn = self._decoders[version] = self._generate(version)[0]
         return fn
 
-    def encoder(self, version: int) -> Callable[..., Any]:
+    def encoder(self, version: int) -> Callable[..., list[Any]]:
+        """`(obj, head=None) -> parts`: the message's bytes as a list of parts (records values
+        passed through); with a head (bytes), preceded by the int32 size of all that follows it
+        and the head, a whole frame. The C encoder when available, else the Python one."""
+        if _accel.ENABLED:
+            fn = self._fast_encoders.get(version)
+            if fn is None:
+                fn = self._fast_encoders[version] = _accel.build_encoder(self, version)
+            return fn
+        py = self.py_encoder(version)
+
+        def encode(obj: Any, head: bytes | None = None) -> list[Any]:
+            parts: list[Any] = [] if head is None else [b"", head]
+            py(obj, parts.append)
+            if head is not None:
+                parts[0] = _SIZE.pack(sum(len(p) for p in parts))
+            return parts
+
+        return encode
+
+    def py_encoder(self, version: int) -> Callable[..., Any]:
+        """The generated pure-Python encoder `(obj, w)`, `w` taking each part (the reference the
+        C encoder must equal)."""
         fn = self._encoders.get(version)
         if fn is None:
             fn = self._encoders[version] = self._generate(version)[1]

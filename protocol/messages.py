@@ -4,6 +4,7 @@
     decode_response(api_key, version, data) -> message object
     encode(message, version) -> bytes
     encode_parts(message, version) -> list of bytes-like parts (records values passed through)
+    encode_frame(message, version, head) -> the same, preceded by the frame's size and `head`
 
 Message classes are attributes of this module by their definition name (`ProduceRequest`,
 `OffsetCommitKey`, ...); nested structs are attributes of their message class
@@ -21,6 +22,8 @@ from protocol.errors import ErrorCode, ProtocolError
 from protocol.schema import SCHEMA_DIR, MessageSpec, load_dir
 
 _DECODE_ERRORS = (struct.error, IndexError, UnicodeDecodeError, ValueError, OverflowError, TypeError, RecursionError)
+# what a decoder from `decoder_of` may raise on malformed input (the C decoders: ProtocolError only)
+DECODE_ERRORS = (ProtocolError, *_DECODE_ERRORS)
 
 SPECS: dict[str, MessageSpec] = {**load_dir(SCHEMA_DIR / "messages"), **load_dir(SCHEMA_DIR / "records")}
 CODECS: dict[str, MessageCodec] = {name: MessageCodec(spec) for name, spec in SPECS.items()}
@@ -64,6 +67,15 @@ def _decoder(codec: MessageCodec, version: int) -> Any:
     return fn
 
 
+def request_decoder(api_key: int, version: int) -> Any:
+    """The decoder `(data, mv, pos) -> (request, end)` of a request version (cached), for the
+    server, which reads the header itself; it raises one of DECODE_ERRORS on malformed input."""
+    codec = REQUESTS.get(api_key)
+    if codec is None:
+        raise ProtocolError("unknown api key %d" % api_key, ErrorCode.UNSUPPORTED_VERSION)
+    return _decoder(codec, version)
+
+
 def _decode(codec: MessageCodec, version: int, data: Any, strict: bool = True) -> Any:
     fn = _decoder(codec, version)
     mv = data if isinstance(data, memoryview) else memoryview(data)
@@ -100,7 +112,7 @@ def decode(name: str | type, version: int, data: Any) -> Any:
     return _decode(codec, version, data)
 
 
-_ENCODERS: dict[tuple[type, int], Any] = {}
+_ENCODERS: dict[tuple[type, int, bool], Any] = {}
 
 
 def _encoder(message_type: type, version: int) -> Any:
@@ -109,21 +121,34 @@ def _encoder(message_type: type, version: int) -> Any:
         raise TypeError("%r is not a top-level message" % message_type.__name__)
     if version not in codec.spec.valid_versions:
         raise ValueError("%s has no version %d" % (codec.spec.name, version))
-    fn = _ENCODERS[(message_type, version)] = codec.encoder(version)
+    fn = _ENCODERS[(message_type, version, accel.ENABLED)] = codec.encoder(version)
     return fn
 
 
+def encoder_of(message_type: type, version: int) -> Any:
+    """`(message, head=None) -> parts` for messages of `message_type` at `version` (cached: the
+    server keeps one per API version)."""
+    return _ENCODERS.get((message_type, version, accel.ENABLED)) or _encoder(message_type, version)
+
+
 def encode_parts(message: Any, version: int) -> list[Any]:
-    """Encode into a list of parts; records values are passed through untouched (zero copy)."""
+    """Encode into a list of parts; records values too large to copy (or not bytes at all: file
+    slices) are passed through as parts of their own (zero copy)."""
     # cached per (class, version), as the decoders are: every response pays for this lookup
-    fn = _ENCODERS.get((type(message), version)) or _encoder(type(message), version)
-    parts: list[Any] = []
-    fn(message, parts.append)
-    return parts
+    fn = _ENCODERS.get((type(message), version, accel.ENABLED)) or _encoder(type(message), version)
+    return fn(message)  # type: ignore[no-any-return]
+
+
+def encode_frame(message: Any, version: int, head: bytes) -> list[Any]:
+    """A whole frame as parts: the int32 size of what follows, `head` (a response header), then
+    the message (one buffer unless records are passed through)."""
+    fn = _ENCODERS.get((type(message), version, accel.ENABLED)) or _encoder(type(message), version)
+    return fn(message, head)  # type: ignore[no-any-return]
 
 
 def encode(message: Any, version: int) -> bytes:
-    return b"".join(encode_parts(message, version))
+    parts = encode_parts(message, version)
+    return parts[0] if len(parts) == 1 and type(parts[0]) is bytes else b"".join(parts)
 
 
 def is_flexible(api_key: int, version: int) -> bool:
@@ -133,6 +158,7 @@ def is_flexible(api_key: int, version: int) -> bool:
 __all__ = [
     "CLASSES",
     "CODECS",
+    "DECODE_ERRORS",
     "REQUESTS",
     "RESPONSES",
     "SPECS",
@@ -142,6 +168,9 @@ __all__ = [
     "decode_request",
     "decode_response",
     "encode",
+    "encode_frame",
     "encode_parts",
+    "encoder_of",
     "is_flexible",
+    "request_decoder",
 ]

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import example_value, message_values
 
+from protocol import accel
 from protocol.errors import ErrorCode, ProtocolError
 from protocol.messages import (
     CLASSES,
@@ -130,9 +131,11 @@ def test_entry_points_agree() -> None:
 
 
 def test_records_are_zero_copy() -> None:
+    """Records values larger than the C encoder copies (all of them in pure Python) are parts of
+    their own, and decoding slices them out of the input."""
     from protocol.messages import ProduceRequest  # type: ignore[attr-defined]
 
-    batch = b"\x00" * 61 + b"payload"
+    batch = b"\x00" * 61 + b"payload" * (accel.COPY_RECORDS_MAX // 7 + 1)
     req = ProduceRequest(
         acks=-1,
         timeout_ms=30000,
