@@ -62,30 +62,40 @@ class Histogram:
         family.add_metric(labels, buckets, self.total)
 
 
+class ApiStats:
+    """One API's responses, their bytes and latencies: what the server bumps per request (it
+    keeps a reference per API version, so that counting costs no lookup)."""
+
+    __slots__ = ("requests", "bytes_out", "latency")
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.bytes_out = 0
+        self.latency = Histogram(LATENCY_BUCKETS)  # request to response
+
+    def sent(self, size: int, seconds: float) -> None:
+        """A response of `size` bytes went out `seconds` after its request arrived."""
+        self.requests += 1
+        self.bytes_out += size
+        self.latency.observe(seconds)
+
+
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         self.api_names = {key: c.spec.name.removesuffix("Request") for key, c in REQUESTS.items()}
-        self.requests = dict.fromkeys(self.api_names, 0)  # responses sent, per API key
-        self.bytes_out = dict.fromkeys(self.api_names, 0)  # their bytes, per API key
+        self.apis = {key: ApiStats() for key in self.api_names}
         self.bytes_in = Count()  # record bytes appended by Produce
         self.sendfile_bytes = Count()  # response bytes sent with os.sendfile (never copied into the process)
         self.sendfile_waits = Count()  # times a sendfile found the socket buffer full
-        self.latency = {key: Histogram(LATENCY_BUCKETS) for key in self.api_names}  # request to response, per API
         self.log_flush = Histogram(FLUSH_BUCKETS)  # fsyncs of partition logs (worker threads: under _flush_lock)
         self._flush_lock = threading.Lock()
         self.registry.register(_Collector(self))
 
-    def response_sent(self, api_key: int, size: int) -> None:
-        requests = self.requests
-        if api_key in requests:
-            requests[api_key] += 1
-            self.bytes_out[api_key] += size
-
-    def request_done(self, api_key: int, seconds: float) -> None:
-        latency = self.latency.get(api_key)
-        if latency is not None:
-            latency.observe(seconds)
+    def response_sent(self, api_key: int, size: int, seconds: float = 0.0) -> None:
+        stats = self.apis.get(api_key)
+        if stats is not None:
+            stats.sent(size, seconds)
 
     def log_flushed(self, seconds: float) -> None:
         with self._flush_lock:
@@ -101,8 +111,8 @@ class _Collector(Collector):
         requests = CounterMetricFamily("kafka_requests", "Requests answered, per API", labels=["api"])
         bytes_out = CounterMetricFamily("kafka_response_bytes", "Response bytes sent, per API", labels=["api"])
         for key, name in m.api_names.items():
-            requests.add_metric([name], m.requests[key])
-            bytes_out.add_metric([name], m.bytes_out[key])
+            requests.add_metric([name], m.apis[key].requests)
+            bytes_out.add_metric([name], m.apis[key].bytes_out)
         yield requests
         yield bytes_out
         yield CounterMetricFamily("kafka_produce_bytes", "Record bytes appended by Produce", value=m.bytes_in.value)
@@ -116,8 +126,8 @@ class _Collector(Collector):
         latency = HistogramMetricFamily("kafka_request_latency_seconds", "Time from a request's arrival to its "
                                         "response, per API", labels=["api"])
         for key, name in m.api_names.items():
-            if m.requests[key] or m.latency[key].total:
-                m.latency[key].add_to(latency, [name])
+            if m.apis[key].requests:
+                m.apis[key].latency.add_to(latency, [name])
         yield latency
         flush = HistogramMetricFamily("kafka_log_flush_seconds", "Time of partition log flushes (fsync)")
         with m._flush_lock:

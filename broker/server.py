@@ -25,6 +25,7 @@ import ctypes
 import ctypes.util
 import logging
 import os
+import struct
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -33,16 +34,17 @@ from typing import Any
 
 import structlog
 
-from broker.apis import APIS, error_response
+from broker.apis import APIS, Api, error_response
 from broker.log.handles import OPEN_FILES, descriptor_limit
 from broker.log.segment import FileSlice
+from broker.metrics import ApiStats
 from broker.security.connection import TlsAcceptor, new_authenticator, tls_principal
 from broker.security.listeners import Listener
 from broker.security.principal import ANONYMOUS
 from broker.security.sasl.authenticator import Action, Outcome, SaslAuthenticator
 from protocol import frames
 from protocol.errors import ErrorCode, KafkaError, ProtocolError
-from protocol.messages import decode_request, encode_parts
+from protocol.messages import DECODE_ERRORS, RESPONSES, encode_frame, encoder_of, request_decoder
 
 log = structlog.get_logger("broker.server")
 
@@ -85,6 +87,27 @@ def _debug_enabled() -> bool:
 def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
+
+
+_HEADER_FIXED = struct.Struct(">hhi")  # api key, api version, correlation id
+_HEAD_V0 = struct.Struct(">i")  # response header v0: the correlation id
+_HEAD_V1 = struct.Struct(">iB")  # v1: the correlation id and an empty tag buffer
+
+
+class _Route:
+    """What serving one API version takes, looked up once per request: the handler, the request
+    decoder, the response encoder, the header versions and the API's metrics."""
+
+    __slots__ = ("api", "handler", "decode", "encode", "header_version", "tagged_head", "stats")
+
+    def __init__(self, api: Api, version: int, stats: ApiStats) -> None:
+        self.api = api
+        self.handler = api.handler
+        self.decode = request_decoder(api.key, version)
+        self.encode = encoder_of(RESPONSES[api.key].root_class, version)
+        self.header_version = frames.request_header_version(api.key, version)
+        self.tagged_head = frames.response_header_version(api.key, version) >= 1
+        self.stats = stats
 
 
 @dataclass(slots=True)
@@ -251,50 +274,39 @@ class Connection(asyncio.BufferedProtocol):
                 await self._sasl_turn(outcome)
                 return
         try:
-            header = frames.decode_request_header(frame)
+            api_key, api_version, correlation_id = _HEADER_FIXED.unpack_from(frame)
+        except struct.error:
+            log.warning("closing connection: malformed request header", peer=self.peer, error="short frame")
+            self.close()
+            return
+        route = self.server.routes.get((api_key, api_version)) or self._unrouted(api_key, api_version, correlation_id)
+        if route is None:
+            return
+        try:
+            client_id, body = frames.decode_header_rest(frame, route.header_version)
         except ProtocolError as exc:
             log.warning("closing connection: malformed request header", peer=self.peer, error=str(exc))
             self.close()
             return
-        api = APIS.get(header.api_key)
-        if api is None:
-            log.warning("closing connection: unknown api key", peer=self.peer, api_key=header.api_key)
-            self.close()
-            return
-        if not api.supports(header.api_version):
-            if header.api_key == frames.API_VERSIONS_KEY:
-                # answered with a v0 body so any client can read which versions we have
-                self._send(error_response(header.api_key, None, ErrorCode.UNSUPPORTED_VERSION), header, 0, 0)
-                return
-            log.warning(
-                "closing connection: unsupported version",
-                peer=self.peer,
-                api=api.name,
-                version=header.api_version,
-                supported="%d-%d" % (api.min_version, api.max_version),
-            )
-            self.close()
-            return
         try:
-            request = decode_request(header.api_key, header.api_version, frame[header.body_offset :])
-        except ProtocolError as exc:
+            request = route.decode(frame, frame, body)[0]
+        except DECODE_ERRORS as exc:
             log.warning(
-                "closing connection: malformed request", peer=self.peer, api=api.name, version=header.api_version,
+                "closing connection: malformed request", peer=self.peer, api=route.api.name, version=api_version,
                 error=str(exc),
             )
             self.close()
             return
-        ctx = RequestContext(
-            self.server.broker, header.api_key, header.api_version, header.correlation_id, header.client_id,
-            self.peer[0], self.peer[1], self,
-        )
+        server = self.server
+        ctx = RequestContext(server.broker, api_key, api_version, correlation_id, client_id, self.peer[0],
+                             self.peer[1], self)
         failure: ErrorCode | None = None
-        intercept = self.server.intercepts.get(header.api_key)
-        handler = api.handler
-        quotas = self.server.quotas
+        handler = route.handler
+        quotas = server.quotas
         if quotas is not None and quotas.active:
             handler = quotas.metered(handler)  # request_percentage: the handler's CPU time is counted
         try:
+            intercept = server.intercepts.get(api_key)
             if intercept is None:
                 response = await handler(ctx, request)
             else:
@@ -304,38 +316,71 @@ class Connection(asyncio.BufferedProtocol):
         except KafkaError as exc:
             failure = exc.code
         except Exception:
-            log.exception("unexpected error handling request", api=api.name, version=header.api_version,
-                          client_id=header.client_id)
+            log.exception("unexpected error handling request", api=route.api.name, version=api_version,
+                          client_id=client_id)
             failure = ErrorCode.UNKNOWN_SERVER_ERROR
         finally:
             self._release_held = None
         if failure is not None:
-            response = error_response(header.api_key, request, failure, header.api_version)
+            response = error_response(api_key, request, failure, api_version)
             if response is None:
                 log.warning("closing connection: the failure of the request cannot be expressed in its response",
-                            api=api.name, version=header.api_version, error=failure.name)
+                            api=route.api.name, version=api_version, error=failure.name)
                 self.close()
                 return
         if response is None:  # the handler sends nothing back (Produce with acks=0)
             return
+        if self.transport is None or self.closing:
+            return
         try:
-            rest = self._send(response, header, header.api_version,
-                              frames.response_header_version(header.api_key, header.api_version))
+            parts = route.encode(response, _HEAD_V1.pack(correlation_id, 0) if route.tagged_head
+                                 else _HEAD_V0.pack(correlation_id))
         except Exception:
             # a response we cannot encode is a broker bug: the client would wait for it forever
-            log.exception("closing connection: cannot encode response", api=api.name, version=header.api_version,
-                          client_id=header.client_id)
+            log.exception("closing connection: cannot encode response", api=route.api.name, version=api_version,
+                          client_id=client_id)
             self.close()
             return
-        if rest is not None:
-            await self._write_with_slices(rest)
-        elapsed = time.monotonic() - ctx.received
-        self.server.broker.metrics.request_done(header.api_key, elapsed)
-        if self.server.debug:
+        stats = route.stats
+        if len(parts) == 1:  # the usual response: one buffer, size and header included
+            frame_bytes = parts[0]
+            self.transport.write(frame_bytes)
+            stats.sent(len(frame_bytes) - 4, time.monotonic() - ctx.received)
+        else:
+            rest, size = self._write_parts(parts)
+            if rest is not None:
+                await self._write_with_slices(rest)
+            stats.sent(size, time.monotonic() - ctx.received)
+        if server.debug:
             log.debug(
-                "request", client_id=header.client_id, api=api.name, version=header.api_version,
-                correlation_id=header.correlation_id, latency_ms=round(elapsed * 1000, 3),
+                "request", client_id=client_id, api=route.api.name, version=api_version,
+                correlation_id=correlation_id, latency_ms=round((time.monotonic() - ctx.received) * 1000, 3),
             )
+
+    def _unrouted(self, api_key: int, api_version: int, correlation_id: int) -> _Route | None:
+        """The route of a request seen for the first time, or None once the request is dealt with
+        (an unknown API or an unsupported version: the connection closes; ApiVersions is answered)."""
+        api = APIS.get(api_key)
+        if api is None:
+            log.warning("closing connection: unknown api key", peer=self.peer, api_key=api_key)
+            self.close()
+            return None
+        if not api.supports(api_version):
+            if api_key == frames.API_VERSIONS_KEY:
+                # answered with a v0 body so any client can read which versions we have
+                self._send(error_response(api_key, None, ErrorCode.UNSUPPORTED_VERSION), correlation_id, api_key,
+                           0, 0)
+                return None
+            log.warning(
+                "closing connection: unsupported version",
+                peer=self.peer,
+                api=api.name,
+                version=api_version,
+                supported="%d-%d" % (api.min_version, api.max_version),
+            )
+            self.close()
+            return None
+        return self.server.route(api, api_version)
 
     async def _sasl_turn(self, outcome: Outcome) -> None:
         """Carry out what the SASL authenticator decided for a frame (broker/security/sasl)."""
@@ -343,7 +388,7 @@ class Connection(asyncio.BufferedProtocol):
         assert sasl is not None
         header = outcome.header
         if outcome.action is Action.RESPOND and header is not None:
-            self._send(outcome.response, header, header.api_version,
+            self._send(outcome.response, header.correlation_id, header.api_key, header.api_version,
                        frames.response_header_version(header.api_key, header.api_version))
         elif outcome.action is Action.RAW and outcome.raw is not None and self.transport is not None:
             self.transport.write(outcome.raw)
@@ -356,7 +401,7 @@ class Connection(asyncio.BufferedProtocol):
             if outcome.error is not None and header is not None:
                 response = error_response(header.api_key, outcome.request, outcome.error, header.api_version)
             if response is not None and header is not None:
-                self._send(response, header, header.api_version,
+                self._send(response, header.correlation_id, header.api_key, header.api_version,
                            frames.response_header_version(header.api_key, header.api_version))
             self.close()
             return
@@ -368,24 +413,21 @@ class Connection(asyncio.BufferedProtocol):
             self.principal = sasl.principal
             self.splitter.max_size = self.server.max_request_size
 
-    def _send(self, response: Any, header: frames.RequestHeader, version: int, header_version: int) -> list[Any] | None:
-        """Encode and write the response: joined into one buffer when it holds no log data; else
-        small FileSlices are read in place and, if large ones remain, the parts are returned for
-        `_write_with_slices` (the common case stays a plain call)."""
+    def _send(self, response: Any, correlation_id: int, api_key: int, version: int, header_version: int) -> None:
+        """Encode and write a response off the request path (SASL turns, refused versions)."""
         if self.transport is None or self.closing:
-            return None
-        parts = encode_parts(response, version)
-        head = frames.encode_response_header(header.correlation_id, header_version)
-        try:
-            body = b"".join(parts)  # any response without log data (a FileSlice is no bytes)
-        except TypeError:
-            pass
-        else:
-            size = len(head) + len(body)
-            self.server.broker.metrics.response_sent(header.api_key, size)
-            self.transport.writelines([frames.size_prefix(size), head, body])
-            return None
-        size = len(head)
+            return
+        head = _HEAD_V1.pack(correlation_id, 0) if header_version >= 1 else _HEAD_V0.pack(correlation_id)
+        parts = encode_frame(response, version, head)
+        self.server.broker.metrics.response_sent(api_key, sum(len(p) for p in parts) - 4)
+        self.transport.writelines(parts)
+
+    def _write_parts(self, parts: list[Any]) -> tuple[list[Any] | None, int]:
+        """Write a response whose records were passed through by the encoder: small FileSlices are
+        read in place and, if large ones remain, the parts are returned for `_write_with_slices`;
+        and the size of the response."""
+        assert self.transport is not None
+        size = -4  # the size prefix counts what follows it
         large = False
         threshold = self.server.sendfile_min_bytes if self.socket_fd >= 0 else sys.maxsize
         for i, part in enumerate(parts):
@@ -401,12 +443,11 @@ class Connection(asyncio.BufferedProtocol):
                         log.error("closing connection: cannot read the records to send", peer=self.peer,
                                   error=str(exc))
                         self.close()
-                        return None
-        self.server.broker.metrics.response_sent(header.api_key, size)
+                        return None, 0
         if large:
-            return [frames.size_prefix(size), head, *parts]
-        self.transport.writelines([frames.size_prefix(size), head, *parts])
-        return None
+            return parts, size
+        self.transport.writelines(parts)
+        return None, size
 
     # log data: sendfile ----------------------------------------------------------------------
     async def _write_with_slices(self, parts: list[Any]) -> None:
@@ -517,11 +558,19 @@ class KafkaServer:
         # API key -> what runs instead of its handler (broker.testing's fault injection); empty normally
         self.intercepts: dict[int, Callable[[Any, Any, Any], Awaitable[Any]]] = {}
         self.quotas: Any = None  # broker.security.quotas.ClientQuotas, set once the metadata is loaded
+        self.routes: dict[tuple[int, int], _Route] = {}  # (API key, version) -> its route, as requests come
         self._reaper: asyncio.Task[None] | None = None
         # Connections and log files share the process's descriptors: past the limit a new
         # connection is closed at once (uvloop) or accepting pauses (asyncio), without a word.
         self.connections_warn_at = max(64, descriptor_limit() - OPEN_FILES.capacity - 64)
         self._warned_at = -1e9
+
+    def route(self, api: Api, version: int) -> _Route:
+        """The route of a supported API version (made on its first request)."""
+        route = self.routes.get((api.key, version))
+        if route is None:
+            route = self.routes[(api.key, version)] = _Route(api, version, self.broker.metrics.apis[api.key])
+        return route
 
     def warn_descriptors(self) -> None:
         """Say clearly (at most once a minute) that the descriptor limit is near."""

@@ -62,31 +62,44 @@ def decode_request_header(frame: Any, header_version: int | None = None) -> Requ
     """Decode the header at the start of `frame` (the bytes after the size prefix)."""
     try:
         api_key, api_version, correlation_id = _HEADER_FIXED.unpack_from(frame, 0)
-        if header_version is None:
-            header_version = request_header_version(api_key, api_version)
-        pos = 8
-        client_id = None
+    except struct.error as exc:
+        raise ProtocolError("malformed request header: %s" % exc, ErrorCode.INVALID_REQUEST) from None
+    if header_version is None:
+        header_version = request_header_version(api_key, api_version)
+    client_id, pos = decode_header_rest(frame, header_version)
+    return RequestHeader(api_key, api_version, correlation_id, client_id, header_version, pos)
+
+
+def decode_header_rest(frame: Any, header_version: int) -> tuple[str | None, int]:
+    """What follows the fixed part of a request header (api key, version, correlation id): the
+    client id and where the body starts, for the server, which has read the fixed part itself."""
+    pos = 8
+    client_id = None
+    try:
         if header_version >= 1:
             # client id is a nullable int16-length string even in header v2
-            (n,) = P.INT16.unpack_from(frame, pos)
-            pos += 2
-            if n >= 0:
+            n = (frame[8] << 8) | frame[9]
+            pos = 10
+            if n < 0x8000:
                 end = pos + n
                 if end > len(frame):
                     raise ProtocolError("client id overruns the frame", ErrorCode.INVALID_REQUEST)
                 client_id = str(frame[pos:end], "utf-8")
                 pos = end
         if header_version >= 2:
-            count, pos = P.read_uvarint(frame, pos)
-            for _ in range(count):
-                _tag, pos = P.read_uvarint(frame, pos)
-                size, pos = P.read_uvarint(frame, pos)
-                pos += size
-            if pos > len(frame):
-                raise ProtocolError("header tagged fields overrun the frame", ErrorCode.INVALID_REQUEST)
-    except (struct.error, IndexError, UnicodeDecodeError) as exc:
+            count = frame[pos]  # tagged fields: almost always none
+            pos += 1
+            if count:
+                count, pos = P.read_uvarint(frame, pos - 1)
+                for _ in range(count):
+                    _tag, pos = P.read_uvarint(frame, pos)
+                    size, pos = P.read_uvarint(frame, pos)
+                    pos += size
+                if pos > len(frame):
+                    raise ProtocolError("header tagged fields overrun the frame", ErrorCode.INVALID_REQUEST)
+    except (IndexError, UnicodeDecodeError) as exc:
         raise ProtocolError("malformed request header: %s" % exc, ErrorCode.INVALID_REQUEST) from None
-    return RequestHeader(api_key, api_version, correlation_id, client_id, header_version, pos)
+    return client_id, pos
 
 
 def encode_request_header(
