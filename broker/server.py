@@ -28,7 +28,7 @@ import os
 import struct
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,6 +110,35 @@ class _Route:
         self.stats = stats
 
 
+class _Resumed:
+    """Awaitable continuing a coroutine that was started outside any task (Connection._serve_now)
+    and is suspended on `waiting_on`: inside a task it goes on as if it had been the task's own,
+    waits, results and cancellation passed along as `await` passes them."""
+
+    __slots__ = ("coro", "waiting_on")
+
+    def __init__(self, coro: Coroutine[Any, Any, None], waiting_on: Any) -> None:
+        self.coro = coro
+        self.waiting_on = waiting_on
+
+    def __await__(self) -> Generator[Any, None, None]:
+        coro, waiting_on = self.coro, self.waiting_on
+        self.coro = self.waiting_on = None  # type: ignore[assignment]
+        while True:
+            try:
+                yield waiting_on
+            except BaseException as exc:  # the task was cancelled, or what it waited for failed
+                try:
+                    waiting_on = coro.throw(exc)
+                except StopIteration:
+                    return
+                continue
+            try:
+                waiting_on = coro.send(None)
+            except StopIteration:
+                return
+
+
 @dataclass(slots=True)
 class RequestContext:
     """What a handler knows about the request beyond its body."""
@@ -144,7 +173,8 @@ class Connection(asyncio.BufferedProtocol):
         self.queue: collections.deque[memoryview] = collections.deque()
         self.queued_bytes = 0
         self.transport: asyncio.Transport | None = None
-        self.worker: asyncio.Task[None] | None = None
+        self.worker: asyncio.Task[None] | None = None  # handles the queued requests, when one had to wait
+        self.loop: asyncio.AbstractEventLoop  # set by connection_made, before any read
         self.peer: tuple[str, int] = ("?", 0)
         self.last_active = time.monotonic()
         self.closing = False  # transport closed or closing: nothing more is sent
@@ -157,6 +187,7 @@ class Connection(asyncio.BufferedProtocol):
 
     # asyncio.BufferedProtocol --------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.loop = asyncio.get_running_loop()
         self.transport = transport  # type: ignore[assignment]  # uvloop's transport is not a subclass
         peer = transport.get_extra_info("peername")
         if peer:
@@ -179,26 +210,60 @@ class Connection(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         self.last_active = time.monotonic()
+        queue = self.queue
         try:
-            for frame in self.splitter.buffer_updated(nbytes):
-                self.queue.append(frame)
-                self.queued_bytes += len(frame)
+            self.queued_bytes += self.splitter.frames_into(nbytes, queue)
         except frames.FrameTooLarge as exc:
             # a TLS record header read as a size (a TLS client on a plaintext port) gets a hint
             hint = {"tls_on_plaintext_port": True} if exc.size >> 16 == 0x1603 else {}
             log.warning("closing connection: request too large", peer=self.peer, size=exc.size, limit=exc.limit, **hint)
             self.close()
             return
-        if self.queue and self.worker is None and not self.closing and not self.draining:
-            self.worker = asyncio.get_running_loop().create_task(self._work())
-        if self.queue and self._release_held is not None:
+        if not queue:
+            return
+        if self._release_held is not None:
             self.release_held()
+        if self.worker is None and not self.closing and not self.draining:
+            if len(queue) == 1 and not self.throttled_until and (self._can_write is None or self._can_write.done()):
+                self._serve_now()
+            else:
+                self.worker = self.loop.create_task(self._work())
         if (
-            (len(self.queue) > _MAX_QUEUED or self.queued_bytes > _MAX_QUEUED_BYTES)
+            (len(queue) > _MAX_QUEUED or self.queued_bytes > _MAX_QUEUED_BYTES)
             and not self._reading_paused and self.transport
         ):
             self._reading_paused = True
             self.transport.pause_reading()
+
+    def _serve_now(self) -> None:
+        """Handle the one queued request in this callback, without a task: most handlers never
+        wait (their answer is in memory, or written to the log's file before they return), and a
+        task per request costs more than such a request itself. One that does wait continues in
+        a task (the connection's worker), as every request did before; so does what queues up
+        behind it."""
+        frame = self.queue.popleft()
+        self.queued_bytes -= len(frame)
+        handling = self._handle(frame)
+        try:
+            waiting_on = handling.send(None)
+        except StopIteration:
+            self.last_active = time.monotonic()
+            return
+        except BaseException:
+            log.exception("closing connection: request handling failed", peer=self.peer)
+            self.close()
+            return
+        self.worker = self.loop.create_task(self._finish(handling, waiting_on))
+
+    async def _finish(self, handling: Coroutine[Any, Any, None], waiting_on: Any) -> None:
+        """The worker of a connection whose request, started by `_serve_now`, waits: it finishes
+        it, then takes the requests queued meanwhile."""
+        try:
+            await _Resumed(handling, waiting_on)
+        except BaseException:
+            self.worker = None
+            raise
+        await self._work()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
@@ -241,7 +306,13 @@ class Connection(asyncio.BufferedProtocol):
 
     async def _work(self) -> None:
         try:
-            while self.queue and not self.closing and not self.draining:
+            while True:
+                if self._can_write is not None and not self._can_write.done():
+                    await self._can_write  # the client reads slowly: no new request until it caught up
+                if self.throttled_until:
+                    await self._throttled()
+                if not self.queue or self.closing or self.draining:
+                    break
                 frame = self.queue.popleft()
                 self.queued_bytes -= len(frame)
                 if (
@@ -251,10 +322,6 @@ class Connection(asyncio.BufferedProtocol):
                     self._reading_paused = False
                     self.transport.resume_reading()
                 await self._handle(frame)
-                if self._can_write is not None and not self._can_write.done():
-                    await self._can_write
-                if self.throttled_until:
-                    await self._throttled()
         finally:
             self.worker = None
             self.last_active = time.monotonic()

@@ -272,6 +272,29 @@ class FrameSplitter:
         self._end += nbytes
         return self._frames()
 
+    def frames_into(self, nbytes: int, out: Any) -> int:
+        """`buffer_updated`, the completed frames appended to `out` (a deque or list) at once;
+        returns their total size."""
+        if nbytes < 0 or self._end + nbytes > len(self._buf):
+            raise ValueError("buffer_updated(%d) beyond the buffer handed out" % nbytes)
+        self._end += nbytes
+        buf = self._buf
+        pos, end, limit = self._start, self._end, self.max_size
+        total = 0
+        while end - pos >= 4:
+            (size,) = _SIZE.unpack_from(buf, pos)
+            if size < 0 or size > limit:
+                self._start = pos
+                raise FrameTooLarge(size, limit)
+            stop = pos + 4 + size
+            if stop > end:
+                break
+            out.append(buf[pos + 4 : stop].toreadonly())
+            total += size
+            pos = stop
+        self._start = pos
+        return total
+
     def _frames(self) -> Iterator[memoryview]:
         buf = self._buf
         pos, end, limit = self._start, self._end, self.max_size
