@@ -29,12 +29,11 @@ import struct
 import sys
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Generator
-from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
 
-from broker.apis import APIS, Api, error_response
+from broker.apis import APIS, Api, RequestContext, error_response
 from broker.log.handles import OPEN_FILES, descriptor_limit
 from broker.log.segment import FileSlice
 from broker.metrics import ApiStats
@@ -137,27 +136,6 @@ class _Resumed:
                 waiting_on = coro.send(None)
             except StopIteration:
                 return
-
-
-@dataclass(slots=True)
-class RequestContext:
-    """What a handler knows about the request beyond its body."""
-
-    broker: Any
-    api_key: int
-    api_version: int
-    correlation_id: int
-    client_id: str | None
-    client_host: str
-    client_port: int
-    connection: Connection
-    received: float = field(default_factory=time.monotonic)
-
-    def release_on_next_request(self, release: Callable[[], None]) -> None:
-        """The handler holds its response back (a long-polled heartbeat): `release` is called,
-        once, when the connection has another request waiting behind it, closes, or the broker
-        stops, so that nothing waits behind a held response."""
-        self.connection.hold(release)
 
 
 class Connection(asyncio.BufferedProtocol):

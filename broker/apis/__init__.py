@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker.apis.registry import APIS, Api, api
+from broker.apis.registry import APIS, Api, RequestContext, api
 from protocol.errors import ErrorCode
 from protocol.messages import RESPONSES
 
@@ -51,4 +51,4 @@ def load_handlers() -> None:
     )
 
 
-__all__ = ["APIS", "Api", "api", "error_response", "load_handlers"]
+__all__ = ["APIS", "Api", "RequestContext", "api", "error_response", "load_handlers"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from broker.apis.registry import api
+from broker.apis.registry import RequestContext, api
 from broker.coordinator.group import RequestInfo
 from broker.security.authz import Op, Res, authorize, authorize_cluster, authorized_operations, listener_of
 from protocol import messages as M
@@ -99,7 +99,7 @@ async def handle_find_coordinator(ctx: Any, request: Any) -> Any:
 
 
 # ----- JoinGroup / SyncGroup / Heartbeat / LeaveGroup ------------------------------------
-def _require_read(ctx: Any, group_id: str) -> None:
+def _require_read(ctx: RequestContext, group_id: str) -> None:
     """The member APIs need READ on the group (before anything else is looked at)."""
     if not authorize(ctx, Op.READ, Res.GROUP, group_id):
         raise KafkaError(E.GROUP_AUTHORIZATION_FAILED)
@@ -134,7 +134,8 @@ async def handle_sync_group(ctx: Any, request: Any) -> Any:
         return M.SyncGroupResponse(error_code=exc.code)
 
 
-def release_on_next_request(ctx: Any, coordinator: Any, request: Any) -> None:
+def release_on_next_request(ctx: RequestContext, coordinator: Any, request: M.HeartbeatRequest
+                            | M.ConsumerGroupHeartbeatRequest | M.ShareGroupHeartbeatRequest) -> None:
     """A heartbeat may be held until its group changes: the server releases it when another
     request arrives behind it on the connection (a commit, a LeaveGroup)."""
     group_id, member_id = request.group_id, request.member_id
@@ -142,14 +143,15 @@ def release_on_next_request(ctx: Any, coordinator: Any, request: Any) -> None:
 
 
 @api(12)
-async def handle_heartbeat(ctx: Any, request: Any) -> Any:
+async def handle_heartbeat(ctx: RequestContext, request: M.HeartbeatRequest) -> M.HeartbeatResponse:
     try:
         _require_read(ctx, request.group_id)
         coordinator = coordinator_of(ctx)
         release_on_next_request(ctx, coordinator, request)
-        return await coordinator.heartbeat(request)
+        response: M.HeartbeatResponse = await coordinator.heartbeat(request)
     except KafkaError as exc:
         return M.HeartbeatResponse(error_code=exc.code)
+    return response
 
 
 @api(13)

@@ -130,7 +130,7 @@ async def handle_metadata(ctx: Any, request: Any) -> Any:
     if secured and want_ops:
         for t in topics:
             if t.error_code == 0:
-                t.topic_authorized_operations = authorized_operations(ctx, Res.TOPIC, t.name)
+                t.topic_authorized_operations = authorized_operations(ctx, Res.TOPIC, t.name or "")
     cluster_ops = OPERATIONS_NOT_REQUESTED
     if 8 <= version <= 10 and request.include_cluster_authorized_operations:
         cluster_ops = cluster_authorized_operations(ctx)
@@ -228,6 +228,6 @@ async def handle_describe_topic_partitions(ctx: Any, request: Any) -> Any:
         remaining -= len(partitions)
     if unauthorized or getattr(broker, "authorizer", None) is not None:
         for t in response.topics:
-            t.topic_authorized_operations = authorized_operations(ctx, Res.TOPIC, t.name)
+            t.topic_authorized_operations = authorized_operations(ctx, Res.TOPIC, t.name or "")
         response.topics.extend(unauthorized)
     return response

@@ -9,10 +9,11 @@ OffsetFetch v1-v7 is served through the multi-group form of v8+.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from broker.apis.group import coordinator_of
-from broker.apis.registry import api
+from broker.apis.registry import RequestContext, api
 from broker.security.authz import Op, Res, authorize, filter_authorized
 from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
@@ -22,23 +23,25 @@ E = ErrorCode
 OC = M.OffsetCommitResponse
 OF = M.OffsetFetchResponse
 OD = M.OffsetDeleteResponse
+OCRequest = M.OffsetCommitRequest
+OFRequest = M.OffsetFetchRequest
 
 
 class _TopicResponses:
     """Response topics keyed by (name, id), partitions merged in arrival order."""
 
-    def __init__(self, make_topic: Any) -> None:
+    def __init__(self, make_topic: Callable[[str, Any], Any]) -> None:
         self.make_topic = make_topic
         self.topics: dict[tuple[str, Any], Any] = {}
 
-    def add(self, name: str, topic_id: Any, partitions: list[Any]) -> None:
+    def add(self, name: str, topic_id: Any, partitions: Sequence[Any]) -> None:
         key = (name, topic_id)
         topic = self.topics.get(key)
         if topic is None:
             topic = self.topics[key] = self.make_topic(name, topic_id)
         topic.partitions.extend(partitions)
 
-    def merge(self, topics: list[Any], id_of: Any) -> None:
+    def merge(self, topics: Sequence[Any], id_of: Callable[[Any], Any]) -> None:
         for t in topics:
             self.add(t.name, id_of(t), list(t.partitions))
 
@@ -48,7 +51,7 @@ class _TopicResponses:
 
 # ----- OffsetCommit ----------------------------------------------------------------------
 @api(8)
-async def handle_offset_commit(ctx: Any, request: Any) -> Any:
+async def handle_offset_commit(ctx: RequestContext, request: OCRequest) -> OC:
     version = ctx.api_version
     use_ids = version >= 10
     metadata = ctx.broker.metadata
@@ -56,8 +59,9 @@ async def handle_offset_commit(ctx: Any, request: Any) -> Any:
     secured = getattr(ctx.broker, "authorizer", None) is not None
     if secured and not authorize(ctx, Op.READ, Res.GROUP, request.group_id):
         return _failed_commit(request.topics, E.GROUP_AUTHORIZATION_FAILED)
-    valid = []  # the topics (with their known partitions) for the coordinator
-    unknown: list[tuple[Any, list[Any], ErrorCode]] = []  # answered here
+    valid: list[OCRequest.OffsetCommitRequestTopic] = []  # the topics (with their known partitions) for the coordinator
+    unknown: list[tuple[OCRequest.OffsetCommitRequestTopic, list[OCRequest.OffsetCommitRequestPartition],
+                        ErrorCode]] = []  # answered here
     for topic in request.topics:
         if use_ids:
             info = metadata.topic_by_id(topic.topic_id) if topic.topic_id != ZERO_UUID else None
@@ -82,19 +86,19 @@ async def handle_offset_commit(ctx: Any, request: Any) -> Any:
         unknown.append((topic, [p for p in topic.partitions if not 0 <= p.partition_index < count],
                         E.UNKNOWN_TOPIC_OR_PARTITION))
         if known:
-            valid.append(M.OffsetCommitRequest.OffsetCommitRequestTopic(
-                name=topic.name, topic_id=topic.topic_id, partitions=known))
+            valid.append(OCRequest.OffsetCommitRequestTopic(name=topic.name, topic_id=topic.topic_id, partitions=known))
 
     if not 2 <= version <= 4:
         request.retention_time_ms = -1  # the field of v2-v4 only
     all_topics = request.topics
-    if valid and not unknown and len({t.name for t in valid}) == len(valid):
+    if valid and not unknown and (len(valid) == 1 or len({t.name for t in valid}) == len(valid)):
         # Every partition is known and no topic repeats (the usual commit): the coordinator's
         # response is the whole response.
         try:
-            return await coordinator_of(ctx).commit_offsets(request, version)
+            response: OC = await coordinator_of(ctx).commit_offsets(request, version)
         except KafkaError as exc:
             return _failed_commit(all_topics, exc.code)
+        return response
 
     out = _TopicResponses(lambda name, tid: OC.OffsetCommitResponseTopic(name=name, topic_id=tid, partitions=[]))
     for topic, partitions, code in unknown:
@@ -110,7 +114,7 @@ async def handle_offset_commit(ctx: Any, request: Any) -> Any:
     return OC(topics=out.all())
 
 
-def _failed_commit(topics: list[Any], code: ErrorCode) -> Any:
+def _failed_commit(topics: list[OCRequest.OffsetCommitRequestTopic], code: ErrorCode) -> OC:
     """A group-level failure: every partition of the request carries its code."""
     return OC(topics=[
         OC.OffsetCommitResponseTopic(name=t.name, topic_id=t.topic_id, partitions=[
@@ -121,7 +125,7 @@ def _failed_commit(topics: list[Any], code: ErrorCode) -> Any:
 
 
 # ----- OffsetFetch -----------------------------------------------------------------------
-def _group_error(group: Any, code: int, version: int) -> Any:
+def _group_error(group: OFRequest.OffsetFetchRequestGroup, code: int, version: int) -> OF.OffsetFetchResponseGroup:
     """A group-level failure: from v2 the error code; v1 has none, so every partition carries it."""
     if version >= 2 or group.topics is None:
         return OF.OffsetFetchResponseGroup(group_id=group.group_id, error_code=code, topics=[])
@@ -134,7 +138,15 @@ def _group_error(group: Any, code: int, version: int) -> Any:
     ])
 
 
-async def _fetch_group(ctx: Any, group: Any, require_stable: bool) -> Any:
+def _unknown_topic(name: str, topic_id: Any, partitions: list[int], code: ErrorCode) -> OF.OffsetFetchResponseTopics:
+    return OF.OffsetFetchResponseTopics(name=name, topic_id=topic_id, partitions=[
+        OF.OffsetFetchResponsePartitions(partition_index=p, committed_offset=-1, committed_leader_epoch=-1,
+                                         metadata="", error_code=code)
+        for p in partitions])
+
+
+async def _fetch_group(ctx: RequestContext, group: OFRequest.OffsetFetchRequestGroup,
+                       require_stable: bool) -> OF.OffsetFetchResponseGroup:
     version = ctx.api_version
     use_ids = version >= 10
     metadata = ctx.broker.metadata
@@ -146,6 +158,7 @@ async def _fetch_group(ctx: Any, group: Any, require_stable: bool) -> Any:
     except KafkaError as exc:
         return _group_error(group, exc.code, version)
 
+    response: OF.OffsetFetchResponseGroup
     if group.topics is None:
         response = await coordinator.fetch_offsets(group, require_stable)
         if response.error_code:
@@ -164,51 +177,52 @@ async def _fetch_group(ctx: Any, group: Any, require_stable: bool) -> Any:
             response.topics = topics
         return response
 
-    wanted = []
-    unknown = []
-    for t in group.topics:
+    wanted: list[OFRequest.OffsetFetchRequestTopics] = []
+    unknown: list[OF.OffsetFetchResponseTopics] = []
+    for asked in group.topics:
         if use_ids:
-            info = metadata.topic_by_id(t.topic_id) if t.topic_id != ZERO_UUID else None
+            info = metadata.topic_by_id(asked.topic_id) if asked.topic_id != ZERO_UUID else None
             if info is None:
-                unknown.append(OF.OffsetFetchResponseTopics(name="", topic_id=t.topic_id, partitions=[
-                    OF.OffsetFetchResponsePartitions(partition_index=p, committed_offset=-1, committed_leader_epoch=-1,
-                                                     metadata="", error_code=E.UNKNOWN_TOPIC_ID)
-                    for p in t.partition_indexes]))
+                unknown.append(_unknown_topic("", asked.topic_id, asked.partition_indexes, E.UNKNOWN_TOPIC_ID))
                 continue
-            t.name = info.name
-        if secured and not authorize(ctx, Op.DESCRIBE, Res.TOPIC, t.name):
-            unknown.append(OF.OffsetFetchResponseTopics(name=t.name, topic_id=t.topic_id, partitions=[
-                OF.OffsetFetchResponsePartitions(partition_index=p, committed_offset=-1, committed_leader_epoch=-1,
-                                                 metadata="", error_code=E.TOPIC_AUTHORIZATION_FAILED)
-                for p in t.partition_indexes]))
+            asked.name = info.name
+        if secured and not authorize(ctx, Op.DESCRIBE, Res.TOPIC, asked.name):
+            unknown.append(_unknown_topic(asked.name, asked.topic_id, asked.partition_indexes,
+                                          E.TOPIC_AUTHORIZATION_FAILED))
             continue
-        wanted.append(t)
-    request = M.OffsetFetchRequest.OffsetFetchRequestGroup(
-        group_id=group.group_id, member_id=group.member_id, member_epoch=group.member_epoch, topics=wanted)
-    response = await coordinator.fetch_offsets(request, require_stable)
+        wanted.append(asked)
+    asking = group
+    if len(wanted) != len(group.topics):
+        asking = OFRequest.OffsetFetchRequestGroup(
+            group_id=group.group_id, member_id=group.member_id, member_epoch=group.member_epoch, topics=wanted)
+    response = await coordinator.fetch_offsets(asking, require_stable)
     if response.error_code:
         return _group_error(group, response.error_code, version)
-    response.topics = list(response.topics) + unknown
+    if unknown:
+        response.topics = list(response.topics) + unknown
     return response
 
 
 @api(9)
-async def handle_offset_fetch(ctx: Any, request: Any) -> Any:
+async def handle_offset_fetch(ctx: RequestContext, request: OFRequest) -> OF:
     version = ctx.api_version
     require_stable = bool(request.require_stable) if version >= 7 else False
     if version >= 8:
-        groups = await asyncio.gather(*(_fetch_group(ctx, g, require_stable) for g in request.groups))
-        return M.OffsetFetchResponse(groups=list(groups))
+        if len(request.groups) == 1:  # the usual request: one group, answered without a task
+            groups = [await _fetch_group(ctx, request.groups[0], require_stable)]
+        else:
+            groups = list(await asyncio.gather(*(_fetch_group(ctx, g, require_stable) for g in request.groups)))
+        return OF(groups=groups)
 
-    group = M.OffsetFetchRequest.OffsetFetchRequestGroup(
+    group = OFRequest.OffsetFetchRequestGroup(
         group_id=request.group_id,
         topics=None if request.topics is None else [
-            M.OffsetFetchRequest.OffsetFetchRequestTopics(name=t.name, partition_indexes=list(t.partition_indexes))
+            OFRequest.OffsetFetchRequestTopics(name=t.name, partition_indexes=list(t.partition_indexes))
             for t in request.topics
         ],
     )
     result = await _fetch_group(ctx, group, require_stable)
-    return M.OffsetFetchResponse(
+    return OF(
         error_code=result.error_code,
         topics=[
             OF.OffsetFetchResponseTopic(name=t.name, partitions=[
@@ -223,7 +237,7 @@ async def handle_offset_fetch(ctx: Any, request: Any) -> Any:
 
 # ----- OffsetDelete ----------------------------------------------------------------------
 @api(47)
-async def handle_offset_delete(ctx: Any, request: Any) -> Any:
+async def handle_offset_delete(ctx: RequestContext, request: M.OffsetDeleteRequest) -> OD:
     metadata = ctx.broker.metadata
     if not authorize(ctx, Op.DELETE, Res.GROUP, request.group_id):
         return OD(error_code=E.GROUP_AUTHORIZATION_FAILED)

@@ -130,7 +130,7 @@ async def handle_produce(ctx: Any, request: Any) -> Any:
                 # a placeholder keeps the partitions in request order
                 pending.append((out.partition_responses, len(out.partition_responses),
                                 _produce_partition(ctx, partition, p.index, p.records, request.transactional_id)))
-                out.partition_responses.append(None)
+                out.partition_responses.append(None)  # type: ignore[arg-type]  # replaced below
     if pending:
         if len(pending) == 1:
             results = [await pending[0][2]]

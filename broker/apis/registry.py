@@ -1,19 +1,43 @@
 """The handler registry: one entry per API key, the single source of ApiVersions.
 
 A handler is `async def handler(ctx, request) -> response | None` (None: no response, as for
-Produce with acks=0). Its versions are the schema's valid versions unless narrowed here, so
-ApiVersions can never advertise an API without a handler or a version without a codec.
+Produce with acks=0), `ctx` a RequestContext and the request and response typed with the
+message classes (protocol/messages.pyi tells their fields). Its versions are the schema's valid
+versions unless narrowed here, so ApiVersions can never advertise an API without a handler or a
+version without a codec.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from protocol.messages import REQUESTS
 
 Handler = Callable[[Any, Any], Awaitable[Any]]
+
+
+@dataclass(slots=True)
+class RequestContext:
+    """What a handler knows about the request beyond its body."""
+
+    broker: Any  # broker.app.Broker (a layer above the handlers)
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    client_host: str
+    client_port: int
+    connection: Any  # broker.server.Connection
+    received: float = field(default_factory=time.monotonic)
+
+    def release_on_next_request(self, release: Callable[[], None]) -> None:
+        """The handler holds its response back (a long-polled heartbeat): `release` is called,
+        once, when the connection has another request waiting behind it, closes, or the broker
+        stops, so that nothing waits behind a held response."""
+        self.connection.hold(release)
 
 
 @dataclass(frozen=True)
