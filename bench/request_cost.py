@@ -2,12 +2,17 @@
 time over one connection with raw frames (no client library in the way).
 
     python bench/request_cost.py [--seconds 4] [--apis describe_cluster,metadata,offset_commit]
+    python bench/request_cost.py --rounds 3 --root . --root ../main     # two checkouts, alternating
 
 Starts `python -m broker` (tests.harness.BrokerProcess, data on disk), warms each request up,
 then sends it back to back for `--seconds` and reads the broker's CPU time from /proc. The
 difference between a request and DescribeCluster (which does next to nothing) is what its own
 handling costs; DescribeCluster itself is the price of the server path (socket, frame, decode,
-encode). Prints one JSON object.
+encode). The heartbeat is a classic group member's (joined and synced first), with
+group.heartbeat.hold.ms=0 so that it is answered at once rather than held. With several
+`--root`s (checkouts of this repository) and `--rounds`, each round runs every checkout's broker
+in turn (the order alternating), so that versions compare in the same minutes of a noisy
+machine; the medians per checkout come last. Prints one JSON object.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -29,6 +35,8 @@ from tests.compat.conftest import create_topic  # noqa: E402
 from tests.harness import BrokerProcess, RawClient  # noqa: E402
 
 TOPIC = "request-cost"
+GROUP = "request-cost"
+MEMBER_GROUP = "request-cost-member"  # the heartbeat's classic group
 OC = M.OffsetCommitRequest
 REQUESTS: dict[str, tuple[int, int, Any]] = {
     "describe_cluster": (60, 0, M.DescribeClusterRequest()),
@@ -39,8 +47,33 @@ REQUESTS: dict[str, tuple[int, int, Any]] = {
     "offset_fetch": (9, 8, M.OffsetFetchRequest(groups=[M.OffsetFetchRequest.OffsetFetchRequestGroup(
         group_id="request-cost", topics=[M.OffsetFetchRequest.OffsetFetchRequestTopics(
             name=TOPIC, partition_indexes=[0])])])),
+    "heartbeat": (12, 4, M.HeartbeatRequest(group_id=MEMBER_GROUP, generation_id=-1, member_id="")),
 }
-FIND_COORDINATOR = 10
+FIND_COORDINATOR, JOIN_GROUP, SYNC_GROUP = 10, 11, 14
+OVERRIDES = {"group.heartbeat.hold.ms": "0"}  # a heartbeat is answered at once
+
+
+def join_group(port: int) -> tuple[int, str]:
+    """Make a one-member classic group (JoinGroup twice: the first asks for a member id, then
+    SyncGroup) and return the member's generation and id, for the heartbeats."""
+    client = RawClient(port, "request-cost")
+    try:
+        J = M.JoinGroupRequest
+        join = J(group_id=MEMBER_GROUP, session_timeout_ms=45000, rebalance_timeout_ms=60000, member_id="",
+                 protocol_type="consumer", protocols=[J.JoinGroupRequestProtocol(name="range", metadata=b"")])
+        first = client.call(JOIN_GROUP, 9, join)
+        join.member_id = first.member_id
+        joined = client.call(JOIN_GROUP, 9, join)
+        assert joined.error_code == 0, joined
+        S = M.SyncGroupRequest
+        synced = client.call(SYNC_GROUP, 5, S(
+            group_id=MEMBER_GROUP, generation_id=joined.generation_id, member_id=joined.member_id,
+            protocol_type="consumer", protocol_name=joined.protocol_name,
+            assignments=[S.SyncGroupRequestAssignment(member_id=joined.member_id, assignment=b"")]))
+        assert synced.error_code == 0, synced
+        return joined.generation_id, joined.member_id
+    finally:
+        client.close()
 
 
 def cpu_seconds(pid: int) -> float:
@@ -65,22 +98,48 @@ def measure(kafka: BrokerProcess, name: str, seconds: float) -> dict[str, Any]:
             "broker_cpu_us": round(cpu / n * 1e6, 1)}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--seconds", type=float, default=4.0)
-    ap.add_argument("--apis", default="describe_cluster,metadata,offset_commit,offset_fetch")
-    args = ap.parse_args()
+def run_broker(root: Path, apis: list[str], seconds: float) -> list[dict[str, Any]]:
+    """Start the broker of the checkout `root` and measure each request against it."""
     with tempfile.TemporaryDirectory() as tmp:
-        kafka = BrokerProcess(Path(tmp) / "data").start()
+        kafka = BrokerProcess(Path(tmp) / "data", overrides=OVERRIDES, root=root.resolve()).start()
         try:
             create_topic(kafka, TOPIC)
             setup = RawClient(kafka.port, "request-cost")
-            setup.call(FIND_COORDINATOR, 3, M.FindCoordinatorRequest(key="request-cost", key_type=0))
+            setup.call(FIND_COORDINATOR, 3, M.FindCoordinatorRequest(key=GROUP, key_type=0))
             setup.close()
-            results = [measure(kafka, name, args.seconds) for name in args.apis.split(",")]
+            if "heartbeat" in apis:
+                generation, member = join_group(kafka.port)
+                heartbeat = REQUESTS["heartbeat"][2]
+                heartbeat.generation_id, heartbeat.member_id = generation, member
+            return [measure(kafka, name, seconds) for name in apis]
         finally:
             kafka.stop()
-    print(json.dumps({"cpus": os.cpu_count(), "results": results}, indent=1))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seconds", type=float, default=4.0)
+    ap.add_argument("--apis", default="describe_cluster,metadata,offset_commit,offset_fetch,heartbeat")
+    ap.add_argument("--root", action="append", default=[], help="a checkout whose broker to measure (repeatable)")
+    ap.add_argument("--rounds", type=int, default=1)
+    args = ap.parse_args()
+    roots = [Path(r) for r in args.root] or [ROOT]
+    apis = args.apis.split(",")
+    rounds = []
+    for i in range(args.rounds):
+        order = roots if i % 2 == 0 else roots[::-1]
+        rounds.append({str(root): run_broker(root, apis, args.seconds) for root in order})
+    out: dict[str, Any] = {"cpus": os.cpu_count()}
+    if len(roots) == 1 and args.rounds == 1:
+        out["results"] = rounds[0][str(roots[0])]
+    else:
+        out["rounds"] = rounds
+        out["median_broker_cpu_us"] = {
+            str(root): {api: statistics.median(r[str(root)][i]["broker_cpu_us"] for r in rounds)
+                        for i, api in enumerate(apis)}
+            for root in roots
+        }
+    print(json.dumps(out, indent=1))
 
 
 if __name__ == "__main__":

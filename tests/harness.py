@@ -49,8 +49,9 @@ class BrokerProcess:
     """`python -m broker` as a child process, stopped by its PID only."""
 
     def __init__(self, data_dir: Path, port: int | None = None, overrides: dict[str, str] | None = None,
-                 args: list[str] | None = None) -> None:
+                 args: list[str] | None = None, root: Path | None = None) -> None:
         self.data_dir = data_dir
+        self.root = root or ROOT  # the checkout whose broker runs (bench: another version to compare)
         self.args = list(args or [])  # more command-line arguments (--fault ...)
         self.port = port or free_port()
         self.overrides = {
@@ -71,9 +72,9 @@ class BrokerProcess:
         for k, v in self.overrides.items():
             args += ["--override", "%s=%s" % (k, v)]
         args += self.args
-        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        env = dict(os.environ, PYTHONPATH=str(self.root))
         self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(args, cwd=str(ROOT), env=env, stdout=self._log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(args, cwd=str(self.root), env=env, stdout=self._log, stderr=subprocess.STDOUT)
         wait_for(lambda: port_open(self.port) or self.proc.poll() is not None, timeout, what="broker to listen")
         if self.proc.poll() is not None:
             raise RuntimeError("broker exited early:\n" + self.log_path.read_text()[-4000:])
