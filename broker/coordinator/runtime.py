@@ -264,6 +264,7 @@ class CoordinatorRuntime(Generic[S]):
         self._partitions: dict[int, _Partition[S]] = {}
         self._burst_task: asyncio.Task[Any] | None = None  # the last task to take the fast path
         self._burst = 0  # how many fast-path writes it made since it last gave the loop a turn
+        self._loop: asyncio.AbstractEventLoop | None = None  # set by the first load
 
     # ----- routing and inspection --------------------------------------------------------
     def partition_for(self, key: str) -> int:
@@ -310,9 +311,8 @@ class CoordinatorRuntime(Generic[S]):
             raise
         part.state = PartitionState.ACTIVE
         part.shard.on_loaded(self.clock.now_ms())
-        part.task = asyncio.get_running_loop().create_task(
-            self._run(part), name="%s-%d" % (self.name, partition)
-        )
+        self._loop = asyncio.get_running_loop()
+        part.task = self._loop.create_task(self._run(part), name="%s-%d" % (self.name, partition))
 
     async def load_all(self) -> None:
         with _collector_paused():  # not resumed between the partitions
@@ -380,8 +380,11 @@ class CoordinatorRuntime(Generic[S]):
     async def _after_fast_path(self) -> None:
         # The fast path never gives the event loop a turn. A task writing in a row (a connection
         # working through pipelined commits) gives one every _FAST_PATH_BURST writes, so that it
-        # cannot starve the other connections; a task per request (the usual case) never pays.
-        task = asyncio.current_task()
+        # cannot starve the other connections; a task per request never pays, nor does a request
+        # handled in the server's read callback (no task: the loop turns before the next one).
+        task = asyncio.current_task(self._loop)
+        if task is None:
+            return
         if task is not self._burst_task:
             self._burst_task, self._burst = task, 1
         elif self._burst < _FAST_PATH_BURST:
@@ -418,14 +421,20 @@ class CoordinatorRuntime(Generic[S]):
         """Run one operation on an idle partition in the caller's task."""
         part.busy = True
         try:
-            outcomes, chunks = self._run_ops(part, (ev,))
-            waiting, failure = self._write_records(part, chunks)
+            outcome, chunks = self._run_one(part, ev)
+            result = outcome[0]
+            if result is None:  # the operation failed: nothing to write
+                waiting, failure = None, None
+            elif chunks is None:  # plain records (or none)
+                waiting, failure = self._write_plain(part, result.records)
+            else:
+                waiting, failure = self._write_records(part, chunks)
         except BaseException:
             self._release(part)
             raise
         if waiting is None and failure is None:
             try:
-                response, error = self._released(part, outcomes[0])
+                response, error = self._released(part, outcome)
             finally:
                 self._release(part)
             if error is not None:
@@ -434,10 +443,42 @@ class CoordinatorRuntime(Generic[S]):
         # An fsync to await or a failed write: finish in a task of its own, holding the partition.
         if failure is not None:
             part.state = PartitionState.LOADING  # from now on, as the task reloads the shard
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
         ev.future = fut
-        part.tail = asyncio.get_running_loop().create_task(self._finish_tail(part, [ev], outcomes, waiting, failure))
+        part.tail = loop.create_task(self._finish_tail(part, [ev], [outcome], waiting, failure))
         return await fut
+
+    def _run_one(self, part: _Partition[S], ev: _Event) -> tuple[_Outcome, list[_Chunk] | None]:
+        """`_run_ops` of one operation (the fast path's), without the lists of a batch when its
+        records are plain (the usual case: then no chunks, the result's records are written)."""
+        shard = part.shard
+        assert shard is not None
+        try:
+            res = ev.op(shard, self.clock.now_ms())
+            if res.producer is None and res.marker is None:
+                if res.replay:
+                    for key, value in res.records:
+                        shard.replay(key, value)
+                return (res, None), None
+            chunks: list[_Chunk] = []
+            self._transactional(shard, res, chunks)
+            return (res, None), chunks
+        except KafkaError as exc:
+            return (None, exc), None
+        except Exception as exc:
+            log.exception("coordinator operation failed", coordinator=self.name, partition=part.index, op=ev.name)
+            return (None, KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, str(exc))), None
+
+    def _write_plain(self, part: _Partition[S], records: list[Record]
+                     ) -> tuple[Awaitable[Any] | None, BaseException | None]:
+        """`_write_records` of one operation's plain records."""
+        if not records:
+            return None, None
+        try:
+            return self.writer.write(part.index, records), None
+        except Exception as exc:
+            return None, exc
 
     async def _finish_tail(self, part: _Partition[S], batch: list[_Event], outcomes: list[_Outcome],
                            waiting: Awaitable[Any] | None, failure: BaseException | None) -> None:
