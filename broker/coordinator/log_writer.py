@@ -62,28 +62,31 @@ def build_coordinator_batch(records: Sequence[Record], now_ms: int | None = None
     it is that producer's transactional batch (no sequence, as Kafka's coordinators write them)."""
     if now_ms is None:
         now_ms = time.time_ns() // 1_000_000
-    batch = bytearray(RECORD_BATCH_OVERHEAD)
+    parts: list[bytes] = []
     for offset_delta, (key, value) in enumerate(records):
-        record = bytearray(b"\x00\x00")  # attributes (unused), timestamp delta 0
-        record += encode_varint(offset_delta)
-        record += encode_varint(len(key))
-        record += key
-        if value is None:
-            record += b"\x01"  # length -1: a tombstone
-        else:
-            record += encode_varint(len(value))
-            record += value
-        record += b"\x00"  # no headers
-        batch += encode_varint(len(record))
-        batch += record
+        # attributes (unused), timestamp delta 0, offset delta, key, value (-1: a tombstone), no headers
+        record = b"".join((b"\x00\x00", _varint(offset_delta), _varint(len(key)), key,
+                           b"\x01" if value is None else _varint(len(value)), value or b"", b"\x00"))
+        parts += (_varint(len(record)), record)
+    body = b"".join(parts)
+    batch = bytearray(RECORD_BATCH_OVERHEAD)
+    batch += body
     producer_id, epoch = producer if producer is not None else (NO_PRODUCER_ID, NO_PRODUCER_EPOCH)
     attributes = 0 if producer is None else TRANSACTIONAL_FLAG_MASK
-    header = BatchHeader(0, len(batch) - LOG_OVERHEAD, NO_PARTITION_LEADER_EPOCH, MAGIC_V2, 0, attributes,
-                         len(records) - 1, now_ms, now_ms, producer_id, epoch, NO_SEQUENCE, len(records))
-    _BATCH_HEADER.pack_into(batch, 0, *header)
+    last_delta, length = len(records) - 1, len(batch) - LOG_OVERHEAD
+    _BATCH_HEADER.pack_into(batch, 0, 0, length, NO_PARTITION_LEADER_EPOCH, MAGIC_V2, 0, attributes, last_delta,
+                            now_ms, now_ms, producer_id, epoch, NO_SEQUENCE, len(records))
     crc = crc32c.crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:])
     _UINT32.pack_into(batch, CRC_OFFSET, crc)
-    return batch, header._replace(crc=crc)
+    return batch, BatchHeader(0, length, NO_PARTITION_LEADER_EPOCH, MAGIC_V2, crc, attributes, last_delta, now_ms,
+                              now_ms, producer_id, epoch, NO_SEQUENCE, len(records))
+
+
+_SMALL_VARINTS = [encode_varint(n) for n in range(1024)]  # lengths and offset deltas of coordinator records
+
+
+def _varint(n: int) -> bytes:
+    return _SMALL_VARINTS[n] if n < 1024 else encode_varint(n)
 
 
 def internal_topic_log_config(defaults: LogConfig, segment_bytes: int | None = None) -> LogConfig:

@@ -105,10 +105,11 @@ def read_exact(fd: int, position: int, length: int) -> bytes:
 
 def write_all(fd: int, data: Buffer, position: int) -> None:
     view = memoryview(data)
-    while view:
-        n = os.pwrite(fd, view, position)
+    n = os.pwrite(fd, view, position)
+    while n < len(view):  # a short write (rare): the rest
         view = view[n:]
         position += n
+        n = os.pwrite(fd, view, position)
 
 
 _IOV_MAX = 1024

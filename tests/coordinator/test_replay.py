@@ -205,6 +205,11 @@ def test_the_fast_offset_commit_reader_agrees_with_the_generic_one(
 ) -> None:
     om = OffsetAndMetadata(offset, epoch, metadata, commit_ts, expire, topic_id)
     key, value = offset_commit_record(group, topic, partition, om)
+    # the record's value is written by hand for the common case: as the generic encoder writes it
+    generic_value = M.encode(M.OffsetCommitValue(
+        offset=offset, leader_epoch=epoch, metadata=metadata, commit_timestamp=commit_ts,
+        expire_timestamp=-1 if expire is None else expire, topic_id=topic_id), 4 if expire is None else 1)
+    assert value == (b"\x00\x04" if expire is None else b"\x00\x01") + generic_value
     for v in (value, None):
         fast = parse_offset_commit(key, v)
         _, k, parsed = parse_record(key, v)

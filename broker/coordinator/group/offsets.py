@@ -50,7 +50,13 @@ class OffsetStore:
         return self.by_group.get(group_id, {}).get(topic, {}).get(partition)
 
     def put(self, group_id: str, topic: str, partition: int, om: OffsetAndMetadata) -> None:
-        self.by_group.setdefault(group_id, {}).setdefault(topic, {})[partition] = om
+        topics = self.by_group.get(group_id)
+        if topics is None:
+            topics = self.by_group[group_id] = {}
+        partitions = topics.get(topic)
+        if partitions is None:
+            partitions = topics[topic] = {}
+        partitions[partition] = om
 
     def put_all(self, group_id: str, topic: str, offsets: list[tuple[int, OffsetAndMetadata]]) -> None:
         """put of each (partition, offset) in order."""
@@ -180,14 +186,16 @@ class OffsetManager:
         return any((topic, partition) in self.pending[pid][group_id] for pid in open_pids)
 
     # ----- OffsetCommit -------------------------------------------------------------------
-    def commit_offsets(self, request: Any, api_version: int, now: int) -> CoordinatorResult[Any]:
+    def commit_offsets(self, request: M.OffsetCommitRequest, api_version: int,
+                       now: int) -> CoordinatorResult[M.OffsetCommitResponse]:
         """request: an OffsetCommitRequest whose topics carry names (the API layer resolves v10
         topic ids). A group-level failure raises KafkaError (every partition gets its code)."""
         check = self._validate_commit(request, api_version)
         group_id = request.group_id
         expire = None if request.retention_time_ms == -1 else now + request.retention_time_ms
         max_metadata = self.config.offset_metadata_max_bytes
-        Partition = M.OffsetCommitResponse.OffsetCommitResponsePartition
+        Partition = M.OffsetCommitResponse.OffsetCommitResponsePartition  # built positionally below:
+        Topic = M.OffsetCommitResponse.OffsetCommitResponseTopic  # (partition index, error code), (name, id, partitions)
         records: list[Record] = []
         topics = []
         for topic in request.topics:
@@ -197,33 +205,27 @@ class OffsetManager:
             if check is not None and topic_id is None:
                 topic_id = self.topic_id_of(name)
             for p in topic.partitions:
-                stale = check.error(topic_id, p.partition_index) if check is not None else None
+                index = p.partition_index
+                stale = check.error(topic_id, index) if check is not None else None
                 if stale is not None:
-                    partitions.append(Partition(partition_index=p.partition_index, error_code=stale.code))
+                    partitions.append(Partition(index, stale.code))
                     continue
                 metadata = p.committed_metadata
                 if metadata is not None and len(metadata) > max_metadata:
-                    partitions.append(Partition(partition_index=p.partition_index,
-                                                error_code=E.OFFSET_METADATA_TOO_LARGE))
+                    partitions.append(Partition(index, E.OFFSET_METADATA_TOO_LARGE))
                     continue
-                om = OffsetAndMetadata(
-                    committed_offset=p.committed_offset,
-                    leader_epoch=p.committed_leader_epoch,
-                    metadata=metadata or "",
-                    commit_timestamp_ms=now,
-                    expire_timestamp_ms=expire,
-                    topic_id=topic.topic_id,
-                )
-                records.append(offset_commit_record(group_id, name, p.partition_index, om))
+                # (offset, leader epoch, metadata, commit time, expiry, topic id)
+                om = OffsetAndMetadata(p.committed_offset, p.committed_leader_epoch, metadata or "", now, expire,
+                                       topic.topic_id)
+                records.append(offset_commit_record(group_id, name, index, om))
                 # Replayed from the values the record was made of rather than decoded back from its
                 # bytes by the runtime: the same replay, minus a decode per offset on every commit.
-                self.replay(group_id, name, p.partition_index, om)
-                partitions.append(Partition(partition_index=p.partition_index, error_code=E.NONE))
-            topics.append(M.OffsetCommitResponse.OffsetCommitResponseTopic(
-                name=name, topic_id=topic.topic_id, partitions=partitions))
-        return CoordinatorResult(records=records, response=M.OffsetCommitResponse(topics=topics), replay=False)
+                self.replay(group_id, name, index, om)
+                partitions.append(Partition(index, E.NONE))
+            topics.append(Topic(name, topic.topic_id, partitions))
+        return CoordinatorResult(records, M.OffsetCommitResponse(topics=topics), replay=False)
 
-    def _validate_commit(self, request: Any, api_version: int) -> PartitionCheck | None:
+    def _validate_commit(self, request: M.OffsetCommitRequest, api_version: int) -> PartitionCheck | None:
         """The group-level checks (KafkaError for the whole request); for a consumer-protocol member
         committing with an older epoch, the per-partition check that follows (KIP-1251)."""
         generation = request.generation_id_or_member_epoch

@@ -273,8 +273,16 @@ def offset_commit_key(group_id: str, topic: str, partition: int) -> bytes:
 
 
 def offset_commit_record(group_id: str, topic: str, partition: int, om: OffsetAndMetadata) -> Record:
+    """The OffsetCommit record of a committed offset: value version 4, or 1 with an expiry."""
+    if om.expire_timestamp_ms is None:
+        metadata = om.metadata.encode()
+        if len(metadata) < 127:  # its compact length is one byte: every commit pays for this, write it here
+            tags = b"\x00" if not om.topic_id.int else _TOPIC_ID_TAG + om.topic_id.bytes
+            value = b"".join((_V4_HEAD.pack(OFFSET_COMMIT_VALUE_VERSION, om.committed_offset, om.leader_epoch),
+                              _COMPACT_LENGTH[len(metadata)], metadata, _INT64.pack(om.commit_timestamp_ms), tags))
+            return offset_commit_key(group_id, topic, partition), value
     version = OFFSET_COMMIT_VALUE_VERSION if om.expire_timestamp_ms is None else OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRY
-    value = M.OffsetCommitValue(
+    record = M.OffsetCommitValue(
         offset=om.committed_offset,
         leader_epoch=om.leader_epoch,
         metadata=om.metadata,
@@ -282,7 +290,11 @@ def offset_commit_record(group_id: str, topic: str, partition: int, om: OffsetAn
         expire_timestamp=-1 if om.expire_timestamp_ms is None else om.expire_timestamp_ms,
         topic_id=om.topic_id,
     )
-    return offset_commit_key(group_id, topic, partition), _value(version, value)
+    return offset_commit_key(group_id, topic, partition), _value(version, record)
+
+
+_COMPACT_LENGTH = [bytes((n + 1,)) for n in range(127)]  # a string of n bytes
+_TOPIC_ID_TAG = b"\x01\x00\x10"  # one tagged field: tag 0 (the topic id), 16 bytes
 
 
 def offset_commit_tombstone(group_id: str, topic: str, partition: int) -> Record:
