@@ -133,7 +133,8 @@ class Partition:
         try:
             batches = list(iter_batches(records, strict=True))
             headers = [h for _, h in batches]
-            if any(h.producer_id >= 0 for h in headers):
+            crc_checked = any(h.producer_id >= 0 for h in headers)
+            if crc_checked:
                 # a corrupt batch is reported as such, not judged by the sequence it seems to carry
                 for pos, _ in batches:
                     validate_batch(records, pos)
@@ -150,7 +151,7 @@ class Partition:
                     verification is None or self._verifications.get(header.producer_id) is not verification):
                 raise KafkaError(ErrorCode.INVALID_TXN_STATE, "Record was not part of an ongoing transaction")
         generation = self.log.generation
-        result: AppendResult = self.log.append(records)
+        result: AppendResult = self.log.append(records, crc_checked=crc_checked)
         offset = result.first_offset
         for header in headers:
             if header.producer_id >= 0:

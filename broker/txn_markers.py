@@ -1,10 +1,12 @@
 """The transaction coordinator's markers, written to this broker's partitions: the single-node
 WriteTxnMarkers (Kafka's TransactionMarkerChannelManager and the partition side of the request).
 
-Every marker is appended at once (each reaches the OS before this returns); the fsyncs the flush
-policy asks for are then awaited together. A partition that no longer exists (its topic was
-deleted) counts as written, as in Kafka. A stale epoch means the marker was written already (a
-retry after a crash, or a producer fenced since) and is not retried.
+Every marker of a partition served here is appended at once, synchronously (each reaches the OS
+before `append_markers` returns); what must still be awaited (the fsyncs the flush policy asks
+for, and a marker to `__consumer_offsets`, written through the group coordinator's runtime) is
+handed back as one awaitable. A partition that no longer exists (its topic was deleted) counts as
+written, as in Kafka. A stale epoch means the marker was written already (a retry after a crash,
+or a producer fenced since) and is not retried.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 
 import structlog
 
-from broker.coordinator.txn import TxnCompletion
+from broker.coordinator.txn import MarkerWrite, TxnCompletion
 from broker.coordinator.txn.state import TopicPartition
 from broker.partition import Partition
 from protocol.errors import ErrorCode, KafkaError
@@ -39,13 +41,13 @@ class PartitionMarkerWriter:
         self.partition_of = partition_of
         self.coordinators = coordinators or {}
 
-    async def write_markers(self, completion: TxnCompletion, partitions: set[TopicPartition]) -> set[TopicPartition]:
+    def append_markers(self, completion: TxnCompletion, partitions: set[TopicPartition]) -> MarkerWrite:
         failed: set[TopicPartition] = set()
-        flushes: list[tuple[TopicPartition, Awaitable[Any]]] = []
+        waits: list[tuple[TopicPartition, Awaitable[Any]]] = []
         for tp in sorted(partitions):
             coordinator = self.coordinators.get(tp[0])
             if coordinator is not None:
-                flushes.append((tp, coordinator(tp[1], completion)))
+                waits.append((tp, coordinator(tp[1], completion)))
                 continue
             partition = self.partition_of(*tp)
             if partition is None:
@@ -66,14 +68,20 @@ class PartitionMarkerWriter:
                 failed.add(tp)
                 continue
             if partition.log.needs_flush():
-                flushes.append((tp, partition.group_commit.commit(partition.log.log_end_offset)))
-        if flushes:
-            results = await asyncio.gather(*(f for _, f in flushes), return_exceptions=True)
-            for (tp, _), result in zip(flushes, results):
-                if isinstance(result, KafkaError) and result.code in _NOT_RETRIED:
-                    log.warning("transaction marker not written", partition="%s-%d" % tp,
-                                transactional_id=completion.transactional_id, error=result.code.name)
-                elif isinstance(result, BaseException):
-                    log.error("transaction marker write failed", partition="%s-%d" % tp, error=repr(result))
-                    failed.add(tp)
+                waits.append((tp, partition.group_commit.commit(partition.log.log_end_offset)))
+        return MarkerWrite(failed, asyncio.ensure_future(self._settle(completion, waits)) if waits else None)
+
+    @staticmethod
+    async def _settle(completion: TxnCompletion, waits: list[tuple[TopicPartition, Awaitable[Any]]]
+                      ) -> set[TopicPartition]:
+        """Await the fsyncs and the coordinators' markers; returns the partitions to try again."""
+        failed: set[TopicPartition] = set()
+        results = await asyncio.gather(*(w for _, w in waits), return_exceptions=True)
+        for (tp, _), result in zip(waits, results):
+            if isinstance(result, KafkaError) and result.code in _NOT_RETRIED:
+                log.warning("transaction marker not written", partition="%s-%d" % tp,
+                            transactional_id=completion.transactional_id, error=result.code.name)
+            elif isinstance(result, BaseException):
+                log.error("transaction marker write failed", partition="%s-%d" % tp, error=repr(result))
+                failed.add(tp)
         return failed

@@ -353,6 +353,13 @@ class CoordinatorRuntime(Generic[S]):
             return await response.wait()
         return response
 
+    def submit(self, partition: int, op: Op, name: str = "write") -> asyncio.Future[Any]:
+        """Queue `op` without waiting for it: it runs after every operation submitted before it and
+        before any submitted later, so a caller may answer at once what must only be seen after
+        the op (the transaction coordinator's Complete* record, queued from an on_durable). The
+        future gives its response once its records are durable. Raises KafkaError."""
+        return self._enqueue(self._active(partition), op, name)
+
     async def read(self, partition: int, fn: Callable[[S], Any], name: str = "read") -> Any:
         """Run `fn(shard)` in turn with the partition's writes; it sees only durable state.
 

@@ -213,16 +213,18 @@ class Log:
         *,
         origin: AppendOrigin = AppendOrigin.CLIENT,
         leader_epoch: int | None = None,
+        crc_checked: bool = False,
     ) -> AppendResult:
         """Validate a produced record set, assign offsets, stamp the epoch (and LogAppendTime) and
         write it. All or nothing: a KafkaError leaves the log untouched. `records` is not modified:
         the rewritten 17-byte header prefix of each batch is written next to the untouched rest
-        (one pwritev, no copy of the payload)."""
+        (one pwritev, no copy of the payload). `crc_checked`: every batch went through
+        validate_batch already (its CRC is not computed twice)."""
         config = self.config
         now = self.time()
         view = memoryview(records)
         try:
-            batches = validate_records(view, config, origin, now, f"{self.topic}-{self.partition}")
+            batches = validate_records(view, config, origin, now, f"{self.topic}-{self.partition}", crc_checked)
         except RecordValidationError as e:
             e.log_start_offset = self.log_start_offset
             raise

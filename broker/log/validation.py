@@ -56,11 +56,13 @@ class RecordValidationError(KafkaError):
 
 
 def validate_records(
-    buf: Buffer, config: LogConfig, origin: AppendOrigin, now_ms: int, topic_partition: str = ""
+    buf: Buffer, config: LogConfig, origin: AppendOrigin, now_ms: int, topic_partition: str = "",
+    crc_checked: bool = False,
 ) -> list[tuple[int, BatchHeader]]:
     """(position, header) of each batch, or a KafkaError with Kafka's error code for the whole set
     (a RecordValidationError when only some records are at fault). `topic_partition` ("t-0")
-    is named in the record errors as Kafka names it."""
+    is named in the record errors as Kafka names it. `crc_checked`: the caller passed every batch
+    through validate_batch already (a producer's batches, checked before their sequence is)."""
     client = origin is AppendOrigin.CLIENT
     try:
         positions = list(iter_batches(buf, strict=True))
@@ -73,7 +75,7 @@ def validate_records(
                 ErrorCode.INVALID_RECORD, f"batch baseOffset must be 0, got {header.base_offset}"
             )
         check_batch_size(header.size, config)
-        if client:  # the broker's own batches were just built, CRC included
+        if client and not crc_checked:  # the broker's own batches were just built, CRC included
             try:
                 validate_batch(buf, pos)
             except ProtocolError as e:

@@ -109,6 +109,30 @@ async def test_a_write_on_an_idle_partition_needs_no_event_loop_turn() -> None:
     await rt.close()
 
 
+async def test_an_operation_submitted_by_on_durable_runs_before_anything_sent_after_the_answer() -> None:
+    """submit() queues without waiting: the fast-path answer needs no turn of the loop, and what
+    comes after it (a write, a read_now) runs after the submitted operation."""
+    rt = await runtime_with()
+    trace: list[bytes] = []
+    submitted: list[asyncio.Future[Any]] = []
+
+    def first(shard: KVShard, now: int) -> CoordinatorResult[Any]:
+        trace.append(b"first")
+        return CoordinatorResult([(b"first", b"v")], response="answered",
+                                 on_durable=lambda: submitted.append(rt.submit(0, traced(b"then", trace))))
+
+    answer, immediate = await without_yielding(rt.write(0, first))
+    assert (answer, immediate, trace) == ("answered", True, [b"first"])  # answered before `then` ran
+    assert await rt.read_now(0, lambda s: sorted(s.state)) == [b"first", b"then"]
+    assert await rt.write(0, traced(b"after", trace)) == (b"after", [b"first", b"then"])
+    assert trace == [b"first", b"then", b"after"]
+    assert await submitted[0] == (b"then", [b"first"])
+    with pytest.raises(KafkaError) as exc:
+        rt.submit(7, put(b"k", b"v"))
+    assert exc.value.code == E.NOT_COORDINATOR
+    await rt.close()
+
+
 async def test_a_task_writing_in_a_row_still_lets_others_run() -> None:
     rt = await runtime_with()
     ticks = 0

@@ -139,6 +139,37 @@ def test_commit_and_abort(bt: BrokerThread, c: RawClient, add_version: int, end_
     assert fetch_one(c, topic, 0, 0).aborted_transactions is None  # read_uncommitted: null
 
 
+def test_requests_pipelined_behind_end_txn_find_it_complete(bt: BrokerThread, c: RawClient) -> None:
+    """EndTxn is answered before the Complete* record is written (as Kafka answers once the
+    Prepare* record is durable), with the markers already in the logs and the Complete* record
+    queued first: requests sent right behind it, on the same connection, find the transaction
+    complete (no CONCURRENT_TRANSACTIONS for the next transaction) and its records committed."""
+    bt.create_topic("behind", 1)
+    pid, epoch = begin(c, "behind", "behind")
+    assert txn_produce(c, "behind", 0, "behind", pid, epoch, 0, [b"b0", b"b1"]).error_code == 0
+    R = M.AddPartitionsToTxnRequest
+    sent = []
+    for i in range(3):
+        c.send(END_TXN, 3, M.EndTxnRequest(transactional_id="behind", producer_id=pid, producer_epoch=epoch,
+                                           committed=i % 2 == 0))
+        sent.append((END_TXN, c.correlation_id))
+        c.send(ADD_PARTITIONS, 3, R(v3_and_below_transactional_id="behind", v3_and_below_producer_id=pid,
+                                    v3_and_below_producer_epoch=epoch,
+                                    v3_and_below_topics=[R.AddPartitionsToTxnTopic(name="behind", partitions=[0])]))
+        sent.append((ADD_PARTITIONS, c.correlation_id))
+    c.send(DESCRIBE_TXNS, 0, M.DescribeTransactionsRequest(transactional_ids=["behind"]))
+    sent.append((DESCRIBE_TXNS, c.correlation_id))
+    answers = [c.receive(api, 3 if api != DESCRIBE_TXNS else 0, correlation_id) for api, correlation_id in sent]
+    assert [a.error_code for a in answers[:-1:2]] == [0, 0, 0]  # EndTxn: commit, abort, commit
+    assert [add_errors(a) for a in answers[1:-1:2]] == [{("behind", 0): 0}] * 3
+    (state,) = answers[-1].transaction_states
+    assert (state.transaction_state, [t.partitions for t in state.topics]) == ("Ongoing", [[0]])
+    part = fetch_one(c, "behind", 0, 0, isolation_level=READ_COMMITTED)
+    assert data_values(part) == [b"b0", b"b1"]
+    assert part.last_stable_offset == part.high_watermark == 5  # two records, three markers
+    assert end(c, "behind", pid, epoch, False).error_code == 0
+
+
 def test_end_txn_without_a_transaction(c: RawClient) -> None:
     r = init(c, "no-txn")
     assert end(c, "no-txn", r.producer_id, r.producer_epoch, True).error_code == E.INVALID_TXN_STATE

@@ -10,6 +10,7 @@ coordinator.py  TransactionCoordinator service over the runtime; markers of deci
 from broker.coordinator.txn.config import TransactionCoordinatorConfig
 from broker.coordinator.txn.coordinator import (
     TRANSACTION_STATE_TOPIC,
+    MarkerWrite,
     MarkerWriter,
     NoMarkers,
     TransactionCoordinator,
@@ -20,6 +21,7 @@ from broker.coordinator.txn.state import TransactionMetadata, TransactionState
 
 __all__ = [
     "TRANSACTION_STATE_TOPIC",
+    "MarkerWrite",
     "MarkerWriter",
     "NoMarkers",
     "ProducerIdAndEpoch",

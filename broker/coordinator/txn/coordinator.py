@@ -2,20 +2,24 @@
 through the runtime, and writes the markers of decided transactions (Kafka's
 TransactionCoordinator with its TransactionMarkerChannelManager, for a single node).
 
-Ending a transaction: the shard writes the Prepare* record; once it is durable the service writes
+Ending a transaction: the shard writes the Prepare* record; once it is durable the service appends
 the marker to every partition of the transaction (`MarkerWriter`, the single-node WriteTxnMarkers),
-then the Complete* record, and only then answers EndTxn (Kafka answers after the Prepare* record;
-answering after the markers costs one local write per partition and spares the producer the
-CONCURRENT_TRANSACTIONS retries of its next transaction). A marker write that fails is retried in
-the background with a growing delay; EndTxn is answered at the first failure, since the decision
-is durable.
+then writes the Complete* record. EndTxn is answered once the Prepare* record is durable, as Kafka
+answers it, when the markers went in at once (appended synchronously, with no fsync to await and no
+`__consumer_offsets` partition in the transaction): the Complete* record is then queued on the
+shard's partition before the answer leaves, so whatever the producer sends next (AddPartitions,
+a transactions-v2 produce, InitProducerId) runs after it and never meets the Prepare* state (no
+CONCURRENT_TRANSACTIONS retries), and read_committed readers see the transaction end as soon as
+EndTxn is answered. Otherwise a task awaits the markers, completes, and only then answers. A marker
+or Complete* write that fails is retried in the background with a growing delay; EndTxn is answered
+at the first failure, since the decision is durable.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, NamedTuple, Protocol
 
 import structlog
 
@@ -39,10 +43,19 @@ _RETRY_START_S = 0.05
 _RETRY_MAX_S = 5.0
 
 
+class MarkerWrite(NamedTuple):
+    """What `MarkerWriter.append_markers` did: the partitions whose marker failed (to try again),
+    and, when something is still on its way (an fsync the flush policy asks for, a marker written
+    through a coordinator), the awaitable giving further partitions to try again."""
+
+    failed: set[TopicPartition]
+    pending: Awaitable[set[TopicPartition]] | None = None
+
+
 class MarkerWriter(Protocol):
-    async def write_markers(self, completion: TxnCompletion, partitions: set[TopicPartition]) -> set[TopicPartition]:
-        """Write the completion's COMMIT or ABORT marker to each of `partitions` (a partition that
-        no longer exists counts as written); returns those to try again."""
+    def append_markers(self, completion: TxnCompletion, partitions: set[TopicPartition]) -> MarkerWrite:
+        """Append the completion's COMMIT or ABORT marker to each of `partitions` now (a partition
+        that no longer exists counts as written); what cannot be done synchronously is pending."""
         ...
 
 
@@ -52,9 +65,9 @@ class NoMarkers:
     def __init__(self) -> None:
         self.written: list[tuple[TxnCompletion, frozenset[TopicPartition]]] = []
 
-    async def write_markers(self, completion: TxnCompletion, partitions: set[TopicPartition]) -> set[TopicPartition]:
+    def append_markers(self, completion: TxnCompletion, partitions: set[TopicPartition]) -> MarkerWrite:
         self.written.append((completion, frozenset(partitions)))
-        return set()
+        return MarkerWrite(set())
 
 
 def _code(exc: BaseException) -> ErrorCode:
@@ -67,7 +80,8 @@ class TransactionCoordinator:
         self.runtime = runtime
         self.config = config
         self.markers = markers
-        self._completions: set[asyncio.Task[None]] = set()
+        self._completions: set[asyncio.Task[None]] = set()  # completions awaiting markers or retrying
+        self._completing: set[asyncio.Future[Any]] = set()  # Complete* records queued on their partition
 
     async def start(self) -> None:
         """Load every partition of __transaction_state (this single node coordinates them all)."""
@@ -77,15 +91,15 @@ class TransactionCoordinator:
         for task in list(self._completions):
             task.cancel()
         await asyncio.gather(*self._completions, return_exceptions=True)
-        await self.runtime.close()
+        await self.runtime.close()  # runs the queued Complete* records
 
     def partition_for(self, transactional_id: str) -> int:
         return self.runtime.partition_for(transactional_id)
 
     async def idle(self) -> None:
         """Wait until no transaction is being completed (tests)."""
-        while self._completions:
-            await asyncio.gather(*list(self._completions), return_exceptions=True)
+        while self._completions or self._completing:
+            await asyncio.gather(*self._completions, *self._completing, return_exceptions=True)
 
     # ----- requests -----------------------------------------------------------------------
     async def init_producer_id(self, transactional_id: str, timeout_ms: int,
@@ -172,19 +186,58 @@ class TransactionCoordinator:
 
     # ----- completing decided transactions ---------------------------------------------------
     def on_prepared(self, partition: int, completion: TxnCompletion) -> None:
-        """A Prepare* record is durable (or was found by a load): write the markers, then complete."""
-        task = asyncio.get_running_loop().create_task(self._complete(partition, completion),
-                                                      name="complete-txn-%s" % completion.transactional_id)
+        """A Prepare* record is durable (or was found by a load), on the partition's turn: append
+        the markers; when that is all, queue the Complete* record and answer, else complete in a
+        task."""
+        c = completion
+        try:
+            write = self.markers.append_markers(c, set(c.partitions)) if c.partitions else MarkerWrite(set())
+        except Exception:
+            log.exception("writing transaction markers failed; retrying", transactional_id=c.transactional_id)
+            write = MarkerWrite(set(c.partitions))
+        if write.pending is None and not write.failed:
+            try:
+                queued = self.runtime.submit(partition, lambda s, now: s.complete_txn(c, now), "complete-txn")
+            except KafkaError:
+                c.finish(None)  # the partition is going away: its next load completes the transaction
+                return
+            self._completing.add(queued)
+            queued.add_done_callback(lambda f: self._queued_completion_done(partition, c, f))
+            c.finish(None)
+            return
+        self._start_completion(partition, c, write)
+
+    def _queued_completion_done(self, partition: int, c: TxnCompletion, queued: asyncio.Future[Any]) -> None:
+        self._completing.discard(queued)
+        if queued.cancelled():
+            return
+        exc = queued.exception()
+        if exc is None or (isinstance(exc, KafkaError) and exc.code is E.NOT_COORDINATOR):
+            return
+        log.warning("completing a transaction failed; retrying", transactional_id=c.transactional_id,
+                    error=exc.code.name if isinstance(exc, KafkaError) else repr(exc))
+        self._start_completion(partition, c, MarkerWrite(set()), _RETRY_START_S)
+
+    def _start_completion(self, partition: int, c: TxnCompletion, first: MarkerWrite, delay: float = 0.0) -> None:
+        task = asyncio.get_running_loop().create_task(self._complete(partition, c, first, delay),
+                                                      name="complete-txn-%s" % c.transactional_id)
         self._completions.add(task)
         task.add_done_callback(self._completions.discard)
 
-    async def _complete(self, partition: int, c: TxnCompletion) -> None:
-        pending = set(c.partitions)
-        delay = _RETRY_START_S
+    async def _complete(self, partition: int, c: TxnCompletion, first: MarkerWrite, delay: float) -> None:
+        """Await the markers under way (`first`), write those still missing, then Complete*."""
+        pending: set[TopicPartition] | None = None
+        if delay:
+            await asyncio.sleep(delay)
+        else:
+            delay = _RETRY_START_S
         while True:
             try:
-                if pending:
-                    pending = await self.markers.write_markers(c, pending)
+                if pending is None:
+                    pending = set(first.failed) | (await first.pending if first.pending is not None else set())
+                elif pending:
+                    write = self.markers.append_markers(c, pending)
+                    pending = set(write.failed) | (await write.pending if write.pending is not None else set())
                 if not pending:
                     meta = await self.runtime.write(partition, lambda s, now: s.complete_txn(c, now), "complete-txn")
                     c.finish(meta)
@@ -200,6 +253,8 @@ class TransactionCoordinator:
                 raise
             except Exception:
                 log.exception("completing a transaction failed; retrying", transactional_id=c.transactional_id)
+            if pending is None:
+                pending = set(c.partitions)  # awaiting the markers under way failed: write them all again
             c.finish(None)  # the decision is durable: answer now, go on behind the scenes
             await asyncio.sleep(delay)
             delay = min(delay * 2, _RETRY_MAX_S)

@@ -54,7 +54,8 @@ class ProducerIdAndEpoch(NamedTuple):
 @dataclass(eq=False)
 class TxnCompletion:
     """A decided transaction whose markers are to be written: what the service needs for that,
-    and who waits for the result (`done`, completed with `answer(metadata after completion)`)."""
+    and who waits for the result (`done`, completed with `answer(metadata after completion)`, or
+    `answer(None)` when answered before the Complete* record)."""
 
     transactional_id: str
     producer_id: int
@@ -130,7 +131,8 @@ class TransactionCoordinatorShard:
     def _prepared(self, meta: TransactionMetadata, answer: Callable[[TransactionMetadata | None], Any]
                   ) -> CoordinatorResult[Any]:
         """Write a Prepare* record; once durable the markers go out, and the response (a Deferred)
-        is `answer(...)` of the completed transaction."""
+        is `answer(...)` of the completed transaction, or `answer(None)` when the service answers
+        before the Complete* record is written (TxnCompletion.finish)."""
         done: Deferred[Any] = Deferred()
         completion = self._completion(meta, done, answer)
         return self._apply(meta, response=done, on_durable=lambda: self.on_prepared(completion))
@@ -214,8 +216,8 @@ class TransactionCoordinatorShard:
     # ----- EndTxn -------------------------------------------------------------------------
     def end_txn(self, transactional_id: str, producer_id: int, epoch: int, committed: bool,
                 client_transaction_version: int, now_ms: int) -> CoordinatorResult[Any]:
-        """Answers a ProducerIdAndEpoch (a Deferred one when a Prepare* record is written: it is
-        completed once the markers are written)."""
+        """Answers a ProducerIdAndEpoch (a Deferred one when a Prepare* record is written: the
+        service completes it once the markers are written)."""
         if not transactional_id:
             return _error(E.INVALID_REQUEST)
         meta = self.txns.get(transactional_id)
