@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import struct
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
 
+from broker.coordinator.txn import MarkerWrite
 from broker.coordinator.txn.state import TopicPartition
 from protocol import frames
 from protocol import messages as M
@@ -119,9 +120,17 @@ def _code(value: int) -> ErrorCode:
     return ErrorCode(value)  # type: ignore[call-arg]  # a lookup by value, not a new member
 
 
+async def _union(waits: list[Awaitable[set[TopicPartition]]]) -> set[TopicPartition]:
+    """The partitions to try again, of every wait."""
+    failed: set[TopicPartition] = set()
+    for result in await asyncio.gather(*waits):
+        failed |= result
+    return failed
+
+
 class ProcessMarkerWriter:
     """Markers for the transaction's partitions led here through `local` (a PartitionMarkerWriter),
-    the others sent to their leaders; returns the partitions whose marker is still to be written."""
+    the others sent to their leaders (pending until they answer)."""
 
     def __init__(self, local: Any, node: int, leader_of: Callable[[str, int], int],
                  client_for: Callable[[int], NodeClient]) -> None:
@@ -130,17 +139,19 @@ class ProcessMarkerWriter:
         self.leader_of = leader_of
         self.client_for = client_for
 
-    async def write_markers(self, completion: Any, partitions: set[TopicPartition]) -> set[TopicPartition]:
+    def append_markers(self, completion: Any, partitions: set[TopicPartition]) -> MarkerWrite:
         by_node: dict[int, set[TopicPartition]] = {}
         for tp in partitions:
             by_node.setdefault(self.leader_of(*tp), set()).add(tp)
         failed = by_node.pop(-1, set())  # no leader now: retried later
         local = by_node.pop(self.node, set())
-        results = await asyncio.gather(self.local.write_markers(completion, local),
-                                       *(self._remote(node, completion, tps) for node, tps in by_node.items()))
-        for result in results:
-            failed |= result
-        return failed
+        write = self.local.append_markers(completion, local) if local else MarkerWrite(set())
+        failed |= write.failed
+        waits: list[Awaitable[set[TopicPartition]]] = [self._remote(node, completion, tps)
+                                                      for node, tps in by_node.items()]
+        if write.pending is not None:
+            waits.append(write.pending)
+        return MarkerWrite(failed, asyncio.ensure_future(_union(waits)) if waits else None)
 
     async def _remote(self, node: int, completion: Any, partitions: set[TopicPartition]) -> set[TopicPartition]:
         R = M.WriteTxnMarkersRequest
