@@ -8,8 +8,10 @@ bench/request_cost.py one at a time: a frame arrives through `buffer_updated` (a
 it), the loop runs until the response has been written, the next one follows. So it measures
 exactly the interpreter's part of a request (frame, header, decode, dispatch, handler, encode,
 write call, plus the event loop's scheduling) and none of the kernel's; it is hot (nothing runs
-between requests), so it is the lower bound of what request_cost.py reads from /proc. Prints
+between requests), so it is the lower bound of what request_cost.py reads from /proc. The
+heartbeat's member joins its group over the broker's port first, as in request_cost.py. Prints
 µs per request, the best of `--rounds` rounds (the machine's noise only ever adds time).
+`--cprofile FILE` profiles the timed rounds.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from request_cost import FIND_COORDINATOR, REQUESTS, TOPIC  # noqa: E402
+from request_cost import FIND_COORDINATOR, OVERRIDES, REQUESTS, TOPIC, join_group  # noqa: E402
 
 from protocol import frames  # noqa: E402
 from protocol import messages as M  # noqa: E402
@@ -85,7 +87,7 @@ async def run(names: list[str], n: int, rounds: int, profiler: Any = None) -> li
     configure("text", "INFO")  # as `python -m broker`: no per-request debug line
 
     with tempfile.TemporaryDirectory() as tmp:
-        broker = await start_inprocess(Path(tmp))
+        broker = await start_inprocess(Path(tmp), **{k.replace(".", "_"): v for k, v in OVERRIDES.items()})
         try:
             transport = CountingTransport()
             gc.collect()
@@ -108,6 +110,9 @@ async def run(names: list[str], n: int, rounds: int, profiler: Any = None) -> li
                 name=TOPIC, num_partitions=1, replication_factor=1, assignments=[], configs=[])],
                 timeout_ms=10000, validate_only=False)))
             await call(frame(FIND_COORDINATOR, 3, 2, M.FindCoordinatorRequest(key="request-cost", key_type=0)))
+            if "heartbeat" in names:  # a member of a classic group, joined over the broker's port
+                heartbeat = REQUESTS["heartbeat"][2]
+                heartbeat.generation_id, heartbeat.member_id = await asyncio.to_thread(join_group, broker.ports[0])
             results = []
             for name in names:
                 key, version, request = REQUESTS[name]

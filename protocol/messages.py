@@ -16,8 +16,6 @@ The functions live in protocol/codecs.py.
 
 from __future__ import annotations
 
-from typing import Any
-
 from protocol.codecs import (
     _DECODE_ERRORS,
     CLASSES,
@@ -39,12 +37,9 @@ from protocol.codecs import (
     request_decoder,
 )
 
-
-def __getattr__(name: str) -> Any:
-    try:
-        return CLASSES[name]
-    except KeyError:
-        raise AttributeError(name) from None
+# The classes as module attributes: `M.OffsetCommitResponse` is a plain lookup (handlers make
+# several per request), `from protocol.messages import ProduceResponse` works as for any name.
+globals().update(CLASSES)
 
 
 __all__ = [

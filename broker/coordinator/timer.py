@@ -30,6 +30,10 @@ class Cancellable(Protocol):
 class Clock(Protocol):
     def now_ms(self) -> int: ...
 
+    def timer_ms(self) -> int:
+        """The time call_later counts in (never steps back, unlike the wall clock), in ms."""
+        ...
+
     def call_later(self, delay_ms: int, callback: Callable[[], None]) -> Cancellable: ...
 
 
@@ -52,9 +56,16 @@ class AsyncioClock:
     def now_ms(self) -> int:
         return int(time.time() * 1000)
 
+    def timer_ms(self) -> int:
+        return int(self._running_loop().time() * 1000)
+
     def call_later(self, delay_ms: int, callback: Callable[[], None]) -> Cancellable:
-        loop = self._loop or asyncio.get_running_loop()
-        return loop.call_later(max(delay_ms, 0) / 1000.0, callback)
+        return self._running_loop().call_later(max(delay_ms, 0) / 1000.0, callback)
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()  # once: each call costs a getpid() in 3.11
+        return self._loop
 
 
 class _ManualHandle:
@@ -78,6 +89,9 @@ class ManualClock:
         self._seq = itertools.count()
 
     def now_ms(self) -> int:
+        return self._now
+
+    def timer_ms(self) -> int:
         return self._now
 
     def call_later(self, delay_ms: int, callback: Callable[[], None]) -> Cancellable:
@@ -108,15 +122,21 @@ class ManualClock:
 
 
 class _Entry:
-    __slots__ = ("handle", "op")
+    __slots__ = ("armed_for", "deadline", "handle", "op")
 
-    def __init__(self, op: Op) -> None:
+    def __init__(self, op: Op, deadline: int) -> None:
         self.op = op
-        self.handle: Cancellable | None = None
+        self.deadline = deadline  # when the op is due (the clock's timer_ms)
+        self.armed_for = deadline  # the deadline the clock's callback was set for
+        self.handle: Cancellable | None = None  # None once fired (then a schedule makes a new entry)
 
 
 class CoordinatorTimer:
-    """Keyed timers of one shard; expiries are handed to `submit` as operations."""
+    """Keyed timers of one shard; expiries are handed to `submit` as operations.
+
+    Pushing a timer back (a member's session timer, at every heartbeat) leaves the clock's
+    callback as it is: when it fires before the new deadline it sets itself again for the rest,
+    so a heartbeat costs no timer cancelled and made anew (most never fire at all)."""
 
     def __init__(self, clock: Clock, submit: Callable[[Op], None]) -> None:
         self._clock = clock
@@ -124,9 +144,18 @@ class CoordinatorTimer:
         self._entries: dict[str, _Entry] = {}
 
     def schedule(self, key: str, delay_ms: int, op: Op) -> None:
+        delay_ms = max(delay_ms, 0)
+        deadline = self._clock.timer_ms() + delay_ms
+        entry = self._entries.get(key)
+        if entry is not None and entry.handle is not None and entry.armed_for <= deadline:
+            entry.op, entry.deadline = op, deadline
+            return
         self.cancel(key)
-        entry = _Entry(op)
-        self._entries[key] = entry
+        entry = self._entries[key] = _Entry(op, deadline)
+        self._arm(key, entry, delay_ms)
+
+    def _arm(self, key: str, entry: _Entry, delay_ms: int) -> None:
+        entry.armed_for = entry.deadline
         entry.handle = self._clock.call_later(delay_ms, lambda: self._fire(key, entry))
 
     def cancel(self, key: str) -> None:
@@ -147,6 +176,11 @@ class CoordinatorTimer:
     def _fire(self, key: str, entry: _Entry) -> None:
         if self._entries.get(key) is not entry:
             return
+        early = entry.deadline - self._clock.timer_ms()
+        if early > 0:  # pushed back since it was set (or the clock's callback came early)
+            self._arm(key, entry, early)
+            return
+        entry.handle = None
 
         def run(shard: Any, now_ms: int) -> CoordinatorResult[Any]:
             if self._entries.get(key) is not entry:
