@@ -240,6 +240,15 @@ class _Partition(Generic[S]):
         self.timer: CoordinatorTimer | None = None
 
 
+class _Tail:
+    """What the fast path returns when its operation still waits (see _write_now)."""
+
+    __slots__ = ("future",)
+
+    def __init__(self, future: asyncio.Future[Any]) -> None:
+        self.future = future
+
+
 class CoordinatorRuntime(Generic[S]):
     def __init__(
         self,
@@ -347,8 +356,11 @@ class CoordinatorRuntime(Generic[S]):
         if part.busy or part.queue:
             response = await self._enqueue(part, op, name)
         else:
-            response = await self._write_now(part, _Event(op, None, name))
-            await self._after_fast_path()
+            response = self._write_now(part, _Event(op, None, name))
+            if response.__class__ is _Tail:
+                response = await response.future
+            if self._burst_ends():
+                await asyncio.sleep(0)
         if isinstance(response, Deferred):
             return await response.wait()
         return response
@@ -384,21 +396,23 @@ class CoordinatorRuntime(Generic[S]):
             return await response.wait()
         return response
 
-    async def _after_fast_path(self) -> None:
-        # The fast path never gives the event loop a turn. A task writing in a row (a connection
-        # working through pipelined commits) gives one every _FAST_PATH_BURST writes, so that it
-        # cannot starve the other connections; a task per request never pays, nor does a request
-        # handled in the server's read callback (no task: the loop turns before the next one).
+    def _burst_ends(self) -> bool:
+        """Whether a fast-path write should give the event loop a turn now. The fast path never
+        gives one: a task writing in a row (a connection working through pipelined commits)
+        gives one every _FAST_PATH_BURST writes, so that it cannot starve the other connections;
+        a task per request never pays, nor does a request handled in the server's read callback
+        (no task: the loop turns before the next one)."""
         task = asyncio.current_task(self._loop)
         if task is None:
-            return
+            return False
         if task is not self._burst_task:
             self._burst_task, self._burst = task, 1
         elif self._burst < _FAST_PATH_BURST:
             self._burst += 1
         else:
             self._burst = 0
-            await asyncio.sleep(0)
+            return True
+        return False
 
     def _enqueue(self, part: _Partition[S], op: Op, name: str) -> asyncio.Future[Any]:
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -424,8 +438,9 @@ class CoordinatorRuntime(Generic[S]):
                 self._wake(part)
 
     # ----- the fast path ------------------------------------------------------------------
-    async def _write_now(self, part: _Partition[S], ev: _Event) -> Any:
-        """Run one operation on an idle partition in the caller's task."""
+    def _write_now(self, part: _Partition[S], ev: _Event) -> Any:
+        """Run one operation on an idle partition, now: its response, or a _Tail whose future
+        gives it once an fsync is done (or a failed write has reloaded the shard)."""
         part.busy = True
         try:
             outcome, chunks = self._run_one(part, ev)
@@ -454,7 +469,7 @@ class CoordinatorRuntime(Generic[S]):
         fut: asyncio.Future[Any] = loop.create_future()
         ev.future = fut
         part.tail = loop.create_task(self._finish_tail(part, [ev], [outcome], waiting, failure))
-        return await fut
+        return _Tail(fut)
 
     def _run_one(self, part: _Partition[S], ev: _Event) -> tuple[_Outcome, list[_Chunk] | None]:
         """`_run_ops` of one operation (the fast path's), without the lists of a batch when its
