@@ -27,6 +27,7 @@ from broker.coordinator.txn import (
 )
 from broker.coordinator.txn.config import CONFIG_KEYS as TXN_CONFIG_KEYS
 from broker.features import METADATA_VERSION, TRANSACTION_VERSION
+from broker.gc_pause import collector_paused
 from broker.http_endpoint import HttpEndpoint
 from broker.log import AppendOrigin, Log, LogCleaner, LogConfig, LogManager
 from broker.log.handles import OPEN_FILES, descriptor_limit
@@ -196,6 +197,10 @@ class Broker:
 
     # lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> None:
+        with collector_paused():
+            await self._start()
+
+    async def _start(self) -> None:
         load_handlers()
         cluster_id = self.config["cluster.id"]
         for d in self.config.log_dirs:

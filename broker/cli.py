@@ -56,7 +56,7 @@ async def serve(config: BrokerConfig, faults: Faults | None = None) -> int:
     from broker.app import Broker
 
     broker = Broker(config, faults=faults)
-    await broker.start()
+    await broker.start()  # with the collector paused (Broker.start)
     # What start-up built lives as long as the broker: frozen out of the collector's sight, a full
     # collection no longer walks it all (about 13 ms, a stall every request waits out, against well
     # under 1 ms); what survives later full collections is frozen too (broker/gcpolicy.py).

@@ -39,8 +39,9 @@ class CollectorPolicy:
 
     def install(self) -> None:
         """Freeze what start-up built (modules, codecs, loaded groups: as old as the process) and
-        apply the rules from now on."""
-        gc.collect()
+        apply the rules from now on. Frozen without a collection first: start-up leaves next to no
+        garbage (14 objects with 50,000 partitions), and collecting its 1.6 million objects took a
+        second after the broker listened."""
         gc.freeze()
         _, older, oldest = gc.get_threshold()
         gc.set_threshold(self.young_threshold, older, oldest)

@@ -272,7 +272,7 @@ class Partition:
         the log start); returns its offset, or the log start offset when none serves."""
         directory = self.log.dir
         start = self.log.log_start_offset
-        for offset in reversed(list_snapshots(directory)):
+        for offset in reversed(list_snapshots(directory, self.log.take_listing())):
             if offset > self.log.log_end_offset:
                 delete_snapshot(directory, offset)  # left by a log since truncated
                 continue
@@ -304,8 +304,8 @@ class Partition:
             rebuild_index = recovered_from is not None and segment.base_offset >= recovered_from
             if rebuild_index:
                 segment.txn_index.reset()
-            if start >= segment.next_offset:
-                continue
+            if segment.producer_batches is False or start >= segment.next_offset:
+                continue  # nothing to replay here (recovery saw no producer's batch in it)
             position = 0 if segment.base_offset >= start else segment.find_position(start) or 0
             for pos, header in segment.iter_batches_from(position):
                 if header.producer_id < 0 or header.base_offset < start:

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 
 import crc32c
 
-from broker.log.checkpoint import fsync_dir
+from broker.log.checkpoint import fsync_dir, read_whole
 from broker.log.segment import filename_prefix
 from broker.producer_state import BatchMetadata, ProducerEntry
 
@@ -42,13 +42,15 @@ def snapshot_path(directory: str, offset: int) -> str:
     return os.path.join(directory, filename_prefix(offset) + SUFFIX)
 
 
-def list_snapshots(directory: str) -> list[int]:
-    """The offsets of the snapshots in `directory`, ascending."""
+def list_snapshots(directory: str, names: Iterable[str] | None = None) -> list[int]:
+    """The offsets of the snapshots in `directory` (whose file `names` the caller may know
+    already), ascending."""
     offsets = []
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return []
+    if names is None:
+        try:
+            names = os.listdir(directory)
+        except FileNotFoundError:
+            return []
     for name in names:
         if name.endswith(SUFFIX):
             head = name[: -len(SUFFIX)]
@@ -113,8 +115,7 @@ def write_snapshot(directory: str, offset: int, entries: Iterable[ProducerEntry]
 
 
 def read_snapshot(directory: str, offset: int) -> list[ProducerEntry]:
-    with open(snapshot_path(directory, offset), "rb") as f:
-        return decode(f.read())
+    return decode(read_whole(snapshot_path(directory, offset)))
 
 
 def delete_snapshot(directory: str, offset: int) -> None:

@@ -29,13 +29,10 @@ COORDINATOR_LOAD_IN_PROGRESS. A partition this runtime does not host answers NOT
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import functools
-import gc
-import threading
 from collections import defaultdict, deque
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 import structlog
@@ -49,6 +46,7 @@ from broker.coordinator.result import (
     TxnMarker,
 )
 from broker.coordinator.timer import Clock, CoordinatorTimer, Op, Timer
+from broker.gc_pause import collector_paused
 from protocol.errors import ErrorCode, KafkaError
 
 log = structlog.get_logger("broker.coordinator")
@@ -70,32 +68,6 @@ def java_string_hashcode(s: str) -> int:
 def java_abs(n: int) -> int:
     """Kafka's Utils.abs: like Math.abs, but Integer.MIN_VALUE maps to 0."""
     return 0 if n == _INT32_MIN else abs(n)
-
-
-_loading = 0  # partitions loading now, in every runtime of the process (embedded brokers run in threads)
-_loading_lock = threading.Lock()
-_collector_was_enabled = False
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector is paused while any partition loads. A load creates
-    objects that all stay (one per committed offset), which the collector would traverse again
-    and again as they pile up without finding garbage: 40 % of the time of loading 1,000,000
-    offsets. Once the last load is done it runs again (unless it was off before the first)."""
-    global _loading, _collector_was_enabled
-    with _loading_lock:
-        if _loading == 0:
-            _collector_was_enabled = gc.isenabled()
-            gc.disable()
-        _loading += 1
-    try:
-        yield
-    finally:
-        with _loading_lock:
-            _loading -= 1
-            if _loading == 0 and _collector_was_enabled:
-                gc.enable()
 
 
 @functools.lru_cache(maxsize=_PARTITION_CACHE_SIZE)
@@ -324,7 +296,7 @@ class CoordinatorRuntime(Generic[S]):
         part.task = self._loop.create_task(self._run(part), name="%s-%d" % (self.name, partition))
 
     async def load_all(self) -> None:
-        with _collector_paused():  # not resumed between the partitions
+        with collector_paused():  # not resumed between the partitions
             for p in range(self.num_partitions):
                 await self.load(p)
 
@@ -667,7 +639,9 @@ class CoordinatorRuntime(Generic[S]):
     async def _build_shard(self, part: _Partition[S]) -> S:
         assert part.timer is not None
         shard = self.shard_factory(part.index, part.timer)
-        with _collector_paused():
+        # the collector would walk the offsets again and again as they pile up (40 % of loading
+        # 1,000,000), to find no garbage
+        with collector_paused():
             count, skipped = await self._replay_log(part, shard)
         log.debug("coordinator partition loaded", coordinator=self.name, partition=part.index,
                  records=count, skipped=skipped)

@@ -209,6 +209,14 @@ class PooledFile:
             pass  # dropped by another thread this very moment: this handle stays valid while held
         return handle
 
+    def transient(self) -> FileHandle:
+        """The open handle, else one outside the pool, closed when the caller lets go of it: for
+        a single use (recovery scans every segment once) that must not churn the pool."""
+        handle = self._handle
+        if handle is not None:
+            return handle
+        return FileHandle(os.open(self.path, self.flags))
+
     def release(self) -> None:
         """Drop the handle (called by the pool, under its lock)."""
         self._handle = None

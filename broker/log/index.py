@@ -17,6 +17,7 @@ import os
 import struct
 from collections.abc import Callable, Iterable
 
+from broker.log.checkpoint import read_whole
 from broker.log.handles import FileHandle, PooledFile
 
 _OFFSET_ENTRY = struct.Struct(">ii")
@@ -66,8 +67,7 @@ class _Index:
     def load(self) -> None:
         """Read the file (missing means empty); raise CorruptIndexError when its size is not whole entries."""
         try:
-            with open(self.path, "rb") as f:
-                data = f.read()
+            data = read_whole(self.path)
         except FileNotFoundError:
             data = b""
         if len(data) % self.entry.size:
@@ -108,17 +108,18 @@ class _Index:
         self._changed()
         self._deferred = True
 
-    def finish_deferred(self) -> None:
+    def finish_deferred(self, exists: bool | None = None) -> None:
         """End of a rebuild: the entries are complete in memory. The file is written later (the
         next append, truncation or flush: `write_pending`), and only when it does not hold them
         already. A start-up after a crash rebuilds the indexes of thousands of segments, mostly to
         what they were; writing them all would cost it its time (a second crash meanwhile finds
-        the segment past the recovery point, and rebuilds it again)."""
+        the segment past the recovery point, and rebuilds it again). `exists`: whether the file
+        exists, when the caller knows (it just listed the directory)."""
         self._deferred = False
         self._changed()
         if self._detached:
             return
-        if os.path.exists(self.path):
+        if exists if exists is not None else os.path.exists(self.path):
             self._stale = True
         else:
             self.rewrite_raw(bytes(self._buf))  # a segment has its index files at all times

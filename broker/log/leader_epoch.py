@@ -25,11 +25,15 @@ class LeaderEpochCache:
         self._written: list[tuple[int, int]] | None = None  # what the file holds, when known
 
     @classmethod
-    def load(cls, directory: str) -> LeaderEpochCache:
-        try:
-            entries = read_leader_epochs(os.path.join(directory, LEADER_EPOCH_CHECKPOINT))
-        except CheckpointError:
-            entries = []  # rebuilt from the batches' epochs by recovery when needed
+    def load(cls, directory: str, exists: bool | None = None) -> LeaderEpochCache:
+        """The cache of the checkpoint in `directory`; `exists`: whether the file exists, when the
+        caller knows (the loader lists the directory)."""
+        entries: list[tuple[int, int]] = []
+        if exists is not False:
+            try:
+                entries = read_leader_epochs(os.path.join(directory, LEADER_EPOCH_CHECKPOINT))
+            except CheckpointError:
+                pass  # rebuilt from the batches' epochs by recovery when needed
         cache = cls(directory, sorted(entries))
         cache._written = list(cache.entries)
         return cache

@@ -18,7 +18,7 @@ import time as _time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from broker.log.checkpoint import fsync_dir
+from broker.log.checkpoint import LEADER_EPOCH_CHECKPOINT, fsync_dir
 from broker.log.config import LogConfig
 from broker.log.leader_epoch import LeaderEpochCache
 from broker.log.log import Log, wall_clock_ms
@@ -105,8 +105,10 @@ def load_log(
     names = _file_names(directory)
     if _complete_interrupted_swaps(directory, names, stats):
         names = _file_names(directory)
-    segments = _open_segments(directory, names, config, time())
-    epoch_cache = LeaderEpochCache.load(directory)
+    listing = frozenset(names)  # what exists is known from here on without a syscall per file
+    segments = _open_segments(directory, names, listing, config, time(),
+                              None if had_clean_shutdown else recovery_point)
+    epoch_cache = LeaderEpochCache.load(directory, LEADER_EPOCH_CHECKPOINT in listing)
 
     recovered_from: int | None = None  # base offset of the first segment recovered
     if not had_clean_shutdown:
@@ -148,6 +150,7 @@ def load_log(
     )
     # the aborted-transaction indexes of recovered segments are rebuilt with the producer state
     log.recovered_from = recovered_from
+    log.listing = listing
     # Recovery opened and rebuilt files of every segment it touched: none stays open (a broker
     # with many partitions would hold three descriptors each); they reopen at their next use.
     log.release_handles()
@@ -174,10 +177,7 @@ def _recover_unflushed(
 ) -> int | None:
     """Scan the segments at or after the recovery point; truncate at the first damage. Returns the
     base offset of the first segment scanned."""
-    first = 0
-    for i, seg in enumerate(segments):
-        if seg.base_offset <= recovery_point:
-            first = i
+    first = _first_to_recover([s.base_offset for s in segments], recovery_point)
     on_batch = _epoch_collector(epoch_cache)
     changed = False
     for i in range(first, len(segments)):
@@ -199,7 +199,24 @@ def _recover_unflushed(
     return segments[first].base_offset if first < len(segments) else None
 
 
-def _segment(directory: str, base: int, config: LogConfig, now_ms: int, create: bool = False) -> LogSegment:
+def _first_to_recover(bases: list[int], recovery_point: int) -> int:
+    """Index of the segment holding the recovery point (the last one starting at or below it)."""
+    first = 0
+    for i, base in enumerate(bases):
+        if base <= recovery_point:
+            first = i
+    return first
+
+
+def _segment(
+    directory: str,
+    base: int,
+    config: LogConfig,
+    now_ms: int,
+    create: bool = False,
+    size: int | None = None,
+    listing: frozenset[str] | None = None,
+) -> LogSegment:
     return LogSegment(
         directory,
         base,
@@ -207,32 +224,47 @@ def _segment(directory: str, base: int, config: LogConfig, now_ms: int, create: 
         max_index_bytes=config.segment_index_bytes,
         now_ms=now_ms,
         create=create,
+        size=size,
+        listing=listing,
     )
 
 
 def _file_names(directory: str) -> list[str]:
     """The regular files of a partition directory, sorted (one directory read, no stat per file)."""
     with os.scandir(directory) as entries:
-        return sorted(e.name for e in entries if e.is_file())
+        return sorted([e.name for e in entries if e.is_file()])
 
 
-def _open_segments(directory: str, names: list[str], config: LogConfig, now_ms: int) -> list[LogSegment]:
-    logs = {}
+def _open_segments(
+    directory: str,
+    names: list[str],
+    listing: frozenset[str],
+    config: LogConfig,
+    now_ms: int,
+    recovery_point: int | None,
+) -> list[LogSegment]:
+    """The segments of the directory, in offset order; orphan index files are removed. The size
+    of a segment that recovery will scan (at or after the one holding `recovery_point`, when
+    given) is left to the scan to measure."""
+    logs = []
     for name in names:
-        base = _offset_of(name)
-        if base is None:
-            continue
         if name.endswith(LOG_SUFFIX):
-            logs[base] = name
+            base = _offset_of(name)
+            if base is not None:
+                logs.append(base)
+    logs.sort()
+    bases = set(logs)
     for name in names:
-        base = _offset_of(name)
-        if (
-            base is not None
-            and name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX))
-            and base not in logs
-        ):
-            os.unlink(os.path.join(directory, name))  # an orphan index
-    return [_segment(directory, base, config, now_ms) for base in sorted(logs)]
+        if name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)):
+            base = _offset_of(name)
+            if base is not None and base not in bases:
+                os.unlink(os.path.join(directory, name))  # an orphan index
+                listing = listing - {name}
+    scanned = len(logs) if recovery_point is None else _first_to_recover(logs, recovery_point)
+    return [
+        _segment(directory, base, config, now_ms, size=0 if i >= scanned else None, listing=listing)
+        for i, base in enumerate(logs)
+    ]
 
 
 def _complete_interrupted_swaps(directory: str, names: list[str], stats: LoadStats) -> bool:

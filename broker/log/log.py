@@ -138,12 +138,21 @@ class Log:
         # set by the loader: the segments from this base offset on were recovered after a crash,
         # and their aborted-transaction indexes are rebuilt with the producer state
         self.recovered_from: int | None = None
+        # set by the loader: the file names of the directory as it found them, for the partition's
+        # own files at start-up (producer snapshots); see take_listing
+        self.listing: frozenset[str] | None = None
         self.generation = 0  # bumped whenever the segment list changes
         self.closed = False
         # broker.testing's fail_disk: called before each write, raises OSError as a broken disk would
         self.write_fault: Callable[[], None] | None = None
         self.flush_observer: Callable[[float], None] | None = None  # told how long each flush took (metrics)
         self._roll_jitter_ms = self._new_jitter()
+
+    def take_listing(self) -> frozenset[str] | None:
+        """The directory's file names as the loader found them, once (None after, or for a new log):
+        only right after loading are they known to be current."""
+        listing, self.listing = self.listing, None
+        return listing
 
     # -- basic facts ------------------------------------------------------------------------------
 

@@ -120,10 +120,10 @@ class LogManager:
             start_offsets = _read_checkpoint(os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT))
             cleaner_offsets = _read_checkpoint(os.path.join(log_dir, CLEANER_OFFSET_CHECKPOINT))
             jobs = []
-            for name in sorted(os.listdir(log_dir)):
+            with os.scandir(log_dir) as entries:
+                dirs = sorted([e.name for e in entries if e.is_dir()])
+            for name in dirs:
                 path = os.path.join(log_dir, name)
-                if not os.path.isdir(path):
-                    continue
                 if name.endswith((DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX)):
                     # a deletion cut short, or a move between log dirs that did not finish (the
                     # partition is still whole in its old dir)

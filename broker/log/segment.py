@@ -17,7 +17,7 @@ from __future__ import annotations
 import mmap
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 
 from broker.log.handles import FileHandle, PooledFile
@@ -43,6 +43,9 @@ CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 
 _HEADER_CHUNK = 64 * 1024
+# recover() reads a file up to this size with one pread; a larger one is mapped. Mapping costs a
+# few syscalls, page faults and a TLB flush at unmap: most of the scan of a small file.
+_READ_WHOLE_BYTES = 1 << 20
 
 
 def filename_prefix(offset: int) -> str:
@@ -144,7 +147,12 @@ class LogSegment:
         now_ms: int,
         suffix: str = "",
         create: bool = False,
+        size: int | None = None,
+        listing: Collection[str] | None = None,
     ) -> None:
+        """`size`: the log file's size when the caller knows it (recovery measures it again);
+        `listing`: the file names of the directory when the caller just read it (the loader), so
+        that which index files exist is known without a syscall each."""
         self.directory = directory
         self.base_offset = base_offset
         self.suffix = suffix
@@ -154,11 +162,21 @@ class LogSegment:
             self.size = 0
         else:
             self._file = PooledFile(self.log_path, os.O_RDWR)  # opened at its first use
-            self.size = os.stat(self.log_path).st_size
+            self.size = os.stat(self.log_path).st_size if size is None else size
         self.index_interval_bytes = index_interval_bytes
         self.offset_index = OffsetIndex(index_path, base_offset, max_index_bytes)
         self.time_index = TimeIndex(time_index_path, base_offset, max_index_bytes)
-        self.txn_index = TransactionIndex(txn_index_path(directory, base_offset, suffix), base_offset)
+        txn_path = txn_index_path(directory, base_offset, suffix)
+        self.txn_index = TransactionIndex(
+            txn_path, base_offset, exists=None if listing is None else os.path.basename(txn_path) in listing)
+        # whether the index files exist, from the listing (used by the first rebuild only)
+        self._indexes_listed: tuple[bool, bool] | None = None
+        if listing is not None:
+            self._indexes_listed = (os.path.basename(index_path) in listing,
+                                    os.path.basename(time_index_path) in listing)
+        # whether a batch of an idempotent or transactional producer is here (None: not known;
+        # recover() finds out), so that rebuilding the producer state can skip the segment
+        self.producer_batches: bool | None = None
         self.created_ms = now_ms
         self._loaded = False
         self._load_lock = threading.Lock()  # the cleaner thread and the event loop may both load
@@ -242,7 +260,11 @@ class LogSegment:
     def load_indexes(self, rebuild: bool = True) -> bool:
         """Load and check the indexes; True when they passed. On failure they are rebuilt from the
         batch headers (when `rebuild`), else the caller recovers the segment."""
-        ok = os.path.exists(self.offset_index.path) and os.path.exists(self.time_index.path)
+        listed = self._indexes_listed
+        if listed is not None:
+            ok = listed[0] and listed[1]
+        else:
+            ok = os.path.exists(self.offset_index.path) and os.path.exists(self.time_index.path)
         try:
             if ok:
                 self.offset_index.load()
@@ -258,6 +280,7 @@ class LogSegment:
             ok = False
         if ok:
             self._loaded = True
+            self._indexes_listed = None
         elif rebuild:
             self.rebuild_indexes()
         return ok
@@ -270,7 +293,7 @@ class LogSegment:
         has_entries = self.offset_index.entries > 0
         expected = self.base_offset
         end = start
-        for pos, header in walk_headers(self.file, start, self.size):
+        for pos, header in walk_headers(self._file.transient(), start, self.size):
             if pos - start > self.index_interval_bytes or header.base_offset < expected:
                 return False
             if pos == start and has_entries and header.last_offset != last_offset:
@@ -311,8 +334,9 @@ class LogSegment:
 
     def _finish_rebuild(self) -> None:
         self.time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
-        self.offset_index.finish_deferred()
-        self.time_index.finish_deferred()
+        listed, self._indexes_listed = self._indexes_listed, None
+        self.offset_index.finish_deferred(None if listed is None else listed[0])
+        self.time_index.finish_deferred(None if listed is None else listed[1])
         self._loaded = True
 
     def _reset_facts(self) -> None:
@@ -342,18 +366,22 @@ class LogSegment:
         """Validate every batch (length, magic, CRC, offsets ascending) and truncate at the first invalid
         byte. Rebuilds the indexes. Returns the number of bytes truncated."""
         self._start_rebuild()
-        handle = self.file
+        self.producer_batches = False
+        handle = self._file.transient()  # not through the pool: a start-up scans thousands once
         file_size = os.fstat(handle.fd).st_size
         valid = 0
         if file_size:
             expected = max(self.base_offset, expected_next_offset or self.base_offset)
-            with mmap.mmap(handle.fd, file_size, access=mmap.ACCESS_READ) as mm:
-                if hasattr(mmap, "MADV_SEQUENTIAL"):
-                    # Aggressive read-ahead: a cold scan takes about half the time.
-                    # (MAP_POPULATE was measured too: no better, and it blocks up front.)
-                    mm.madvise(mmap.MADV_SEQUENTIAL)
-                with memoryview(mm) as view:
-                    valid = self._scan(view, file_size, expected, on_batch)
+            if file_size <= _READ_WHOLE_BYTES:
+                valid = self._scan(read_exact(handle.fd, 0, file_size), file_size, expected, on_batch)
+            else:
+                with mmap.mmap(handle.fd, file_size, access=mmap.ACCESS_READ) as mm:
+                    if hasattr(mmap, "MADV_SEQUENTIAL"):
+                        # Aggressive read-ahead: a cold scan takes about half the time.
+                        # (MAP_POPULATE was measured too: no better, and it blocks up front.)
+                        mm.madvise(mmap.MADV_SEQUENTIAL)
+                    with memoryview(mm) as view:
+                        valid = self._scan(view, file_size, expected, on_batch)
         truncated = file_size - valid
         if truncated:
             os.ftruncate(handle.fd, valid)
@@ -362,10 +390,11 @@ class LogSegment:
         return truncated
 
     def _scan(
-        self, mm: memoryview, file_size: int, expected: int, on_batch: Callable[[BatchHeader], None] | None
+        self, mm: Buffer, file_size: int, expected: int, on_batch: Callable[[BatchHeader], None] | None
     ) -> int:
         pos = 0
         base = self.base_offset
+        producer_batches = False
         while file_size - pos >= RECORD_BATCH_OVERHEAD:
             try:
                 header = validate_batch(mm, pos)
@@ -380,8 +409,11 @@ class LogSegment:
             self._index_batch(header, pos)
             if on_batch is not None:
                 on_batch(header)
+            if header.producer_id >= 0:
+                producer_batches = True
             expected = header.next_offset
             pos += header.size
+        self.producer_batches = producer_batches
         return pos
 
     # -- writes -----------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ import struct
 import threading
 from typing import NamedTuple
 
-from broker.log.checkpoint import fsync_dir
+from broker.log.checkpoint import fsync_dir, read_whole
 
 ENTRY = struct.Struct(">hqqqq")
 ENTRY_SIZE = ENTRY.size  # 34
@@ -38,13 +38,15 @@ class CorruptTxnIndexError(Exception):
 
 
 class TransactionIndex:
-    __slots__ = ("path", "start_offset", "_entries", "_lock")
+    __slots__ = ("path", "start_offset", "_entries", "_lock", "_absent")
 
-    def __init__(self, path: str, start_offset: int) -> None:
+    def __init__(self, path: str, start_offset: int, exists: bool | None = None) -> None:
+        """`exists`: whether the file exists, when the caller knows (the loader lists the directory)."""
         self.path = path
         self.start_offset = start_offset
-        self._entries: list[AbortedTxn] | None = None  # loaded on first use
+        self._entries: list[AbortedTxn] | None = None if exists is not False else []  # loaded on first use
         self._lock = threading.Lock()  # the cleaner thread and the event loop may both read
+        self._absent = exists is False  # known to have no file (until an entry is written)
 
     def __repr__(self) -> str:
         return "TransactionIndex(%s)" % os.path.basename(self.path)
@@ -68,6 +70,7 @@ class TransactionIndex:
             raise ValueError("aborted transaction at %d does not follow the last one at %d of %s"
                              % (txn.last_offset, entries[-1].last_offset, self.path))
         created = not os.path.exists(self.path)
+        self._absent = False
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
             os.write(fd, ENTRY.pack(VERSION, *txn))
@@ -98,7 +101,7 @@ class TransactionIndex:
 
     def reset(self) -> None:
         """Forget every entry (the segment is being recovered and its entries rebuilt)."""
-        if self.entries or os.path.exists(self.path):
+        if self.entries or (not self._absent and os.path.exists(self.path)):
             self._rewrite([])
 
     def replace(self, entries: list[AbortedTxn]) -> None:
@@ -106,6 +109,7 @@ class TransactionIndex:
         self._rewrite(list(entries))
 
     def _rewrite(self, entries: list[AbortedTxn]) -> None:
+        self._absent = False  # whatever happens below, ask the file system next time
         if entries:
             data = b"".join(ENTRY.pack(VERSION, *t) for t in entries)
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -152,8 +156,7 @@ class TransactionIndex:
 
 def _read(path: str) -> list[AbortedTxn]:
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = read_whole(path)
     except FileNotFoundError:
         return []
     if len(data) % ENTRY_SIZE:
