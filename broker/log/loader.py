@@ -70,13 +70,15 @@ def create_log(
     *,
     time: Callable[[], int] = wall_clock_ms,
 ) -> Log:
-    """A new empty partition log under `parent` (a log dir)."""
+    """A new empty partition log under `parent` (a log dir). The new directory and its files are
+    made durable by the log's first flush (the background flusher's next pass, or the first
+    fsync an append asks for), as Kafka flushes a log's directory with its first new segment:
+    creating 50,000 partitions spent a fifth of its time in two directory fsyncs each. A crash
+    before then loses nothing acknowledged: the partition is created again from the metadata."""
     directory = os.path.join(parent, f"{topic}-{partition}")
     os.makedirs(directory, exist_ok=False)
     segment = _segment(directory, 0, config, time(), create=True)
-    fsync_dir(directory)
-    fsync_dir(parent)
-    return Log(
+    log = Log(
         directory,
         topic,
         partition,
@@ -87,6 +89,8 @@ def create_log(
         epoch_cache=LeaderEpochCache(directory),
         time=time,
     )
+    log.new_directory()
+    return log
 
 
 def load_log(

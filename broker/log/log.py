@@ -132,6 +132,7 @@ class Log:
         self.recovery_point = recovery_point
         self._last_flush_ms = time()
         self._dir_dirty = False
+        self._parent_dirty = False  # a new directory: its entry in the log dir is not durable yet
         self._roll_flush_offset: int | None = None
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self.cleaner_checkpoint: int | None = None  # first dirty offset (cleaner-offset-checkpoint)
@@ -517,6 +518,11 @@ class Log:
 
     # -- flushing ----------------------------------------------------------------------------------
 
+    def new_directory(self) -> None:
+        """The log's directory was just created: its first flush makes it and its entry in the
+        log dir durable."""
+        self._dir_dirty = self._parent_dirty = True
+
     def needs_flush(self, now: int | None = None) -> bool:
         """Whether the flush policy (flush.messages / flush.ms) or a finished roll asks for an fsync."""
         unflushed = self.unflushed_messages
@@ -539,6 +545,7 @@ class Log:
             if self._roll_flush_offset is not None and self._roll_flush_offset <= target:
                 self._roll_flush_offset = None
             dir_dirty, self._dir_dirty = self._dir_dirty, False
+            parent_dirty, self._parent_dirty = self._parent_dirty, False
             rp = self.recovery_point
             segments = [
                 seg
@@ -552,6 +559,8 @@ class Log:
             seg.flush()
         if dir_dirty:
             fsync_dir(self.dir)
+        if parent_dirty:
+            fsync_dir(os.path.dirname(self.dir))
         if self.flush_observer is not None:
             self.flush_observer(time.perf_counter() - started)
         with self._lock:

@@ -82,6 +82,7 @@ class LogManager:
         self.flush_observer = flush_observer  # given to every log: how long each flush took (metrics)
         self._logs: dict[TopicPartition, Log] = {}
         self._log_dir_of: dict[TopicPartition, str] = {}
+        self._hosted: dict[str, int] = {d: 0 for d in self.log_dirs}  # partitions per log dir (placement)
         self._lock = threading.RLock()
         self._checkpoint_lock = threading.Lock()
         self.started = False
@@ -164,7 +165,7 @@ class LogManager:
                     log.cleaner_checkpoint = cleaner_offsets[tp]
                 log.flush_observer = self.flush_observer
                 self._logs[tp] = log
-                self._log_dir_of[tp] = log_dir
+                self._place(tp, log_dir)
                 stats.per_log[tp] = load_stats
                 stats.recovered_segments += load_stats.recovered_segments
                 stats.truncated_bytes += load_stats.truncated_bytes
@@ -180,10 +181,17 @@ class LogManager:
     # -- create / delete --------------------------------------------------------------------------
 
     def _pick_log_dir(self) -> str:
-        counts = {d: 0 for d in self.log_dirs}
-        for d in self._log_dir_of.values():
-            counts[d] = counts.get(d, 0) + 1
-        return min(self.log_dirs, key=lambda d: (counts[d], self.log_dirs.index(d)))
+        # counted as partitions come and go: counting them here made creating n partitions O(n^2)
+        return min(self.log_dirs, key=lambda d: (self._hosted.get(d, 0), self.log_dirs.index(d)))
+
+    def _place(self, tp: TopicPartition, log_dir: str | None) -> None:
+        """Record that `tp` lives in `log_dir` (None: nowhere any more)."""
+        old = self._log_dir_of.pop(tp, None)
+        if old is not None:
+            self._hosted[old] -= 1
+        if log_dir is not None:
+            self._log_dir_of[tp] = log_dir
+            self._hosted[log_dir] = self._hosted.get(log_dir, 0) + 1
 
     def get_or_create_log(
         self,
@@ -204,7 +212,7 @@ class LogManager:
                 write_partition_metadata(log.dir, topic_id)
             log.flush_observer = self.flush_observer
             self._logs[(topic, partition)] = log
-            self._log_dir_of[(topic, partition)] = log_dir
+            self._place((topic, partition), log_dir)
             return log
 
     def replace_log(self, topic: str, partition: int, log: Log, log_dir: str) -> Log:
@@ -213,7 +221,7 @@ class LogManager:
             old = self._logs[(topic, partition)]
             log.flush_observer = self.flush_observer
             self._logs[(topic, partition)] = log
-            self._log_dir_of[(topic, partition)] = log_dir
+            self._place((topic, partition), log_dir)
         return old
 
     def remove_moved_dir(self, old: Log) -> None:
@@ -225,7 +233,8 @@ class LogManager:
         Slices already handed out stay readable (their files are open)."""
         with self._lock:
             log = self._logs.pop((topic, partition), None)
-            log_dir = self._log_dir_of.pop((topic, partition), None)
+            log_dir = self._log_dir_of.get((topic, partition))
+            self._place((topic, partition), None)
         if log is None or log_dir is None:
             return False
         log.close_handles()

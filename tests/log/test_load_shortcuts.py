@@ -122,3 +122,35 @@ def test_collector_pauses_nest_and_leave_a_disabled_collector_alone() -> None:
         assert not gc.isenabled()  # whoever turned it off keeps it off
     finally:
         gc.enable()
+
+
+def test_a_new_directory_is_made_durable_by_the_first_flush(tmp_path, clock: Clock, monkeypatch) -> None:
+    import broker.log.log as log_module
+
+    synced: list[str] = []
+    monkeypatch.setattr(log_module, "fsync_dir", lambda path: synced.append(path))
+    log = create_log(str(tmp_path), "t", 0, small_config(), time=clock)
+    assert synced == [] and log.needs_flush()  # the background flusher's next pass takes it
+    log.flush()
+    assert synced == [log.dir, str(tmp_path)]
+    assert not log.needs_flush()
+    log.append(batch(1))
+    log.flush()
+    assert synced == [log.dir, str(tmp_path)]  # once
+
+
+def test_placement_counts_partitions_per_log_dir(tmp_path) -> None:
+    from broker.log import LogManager
+
+    dirs = [str(tmp_path / "a"), str(tmp_path / "b")]
+    logs = LogManager(dirs, small_config())
+    logs.startup()
+    for i in range(4):
+        logs.get_or_create_log("t", i)
+    assert sorted(logs.log_dir_of("t", i) for i in range(4)) == [dirs[0], dirs[0], dirs[1], dirs[1]]
+    logs.delete_log("t", 0)
+    logs.delete_log("t", 2)
+    assert logs.log_dir_of("t", 0) is None
+    logs.get_or_create_log("t", 9)  # the dir that lost both goes first
+    assert logs.log_dir_of("t", 9) == dirs[0]
+    logs.shutdown()
