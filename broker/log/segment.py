@@ -46,6 +46,8 @@ _HEADER_CHUNK = 64 * 1024
 # recover() reads a file up to this size with one pread; a larger one is mapped. Mapping costs a
 # few syscalls, page faults and a TLB flush at unmap: most of the scan of a small file.
 _READ_WHOLE_BYTES = 1 << 20
+# (offset index listed, time index listed): one shared tuple of each kind, not one per segment
+_LISTED = {(a, b): (a, b) for a in (False, True) for b in (False, True)}
 
 
 def filename_prefix(offset: int) -> str:
@@ -172,8 +174,8 @@ class LogSegment:
         # whether the index files exist, from the listing (used by the first rebuild only)
         self._indexes_listed: tuple[bool, bool] | None = None
         if listing is not None:
-            self._indexes_listed = (os.path.basename(index_path) in listing,
-                                    os.path.basename(time_index_path) in listing)
+            self._indexes_listed = _LISTED[(os.path.basename(index_path) in listing,
+                                            os.path.basename(time_index_path) in listing)]
         # whether a batch of an idempotent or transactional producer is here (None: not known;
         # recover() finds out), so that rebuilding the producer state can skip the segment
         self.producer_batches: bool | None = None

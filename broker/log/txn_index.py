@@ -44,7 +44,7 @@ class TransactionIndex:
         """`exists`: whether the file exists, when the caller knows (the loader lists the directory)."""
         self.path = path
         self.start_offset = start_offset
-        self._entries: list[AbortedTxn] | None = None if exists is not False else []  # loaded on first use
+        self._entries: list[AbortedTxn] | None = None  # loaded on first use
         self._lock = threading.Lock()  # the cleaner thread and the event loop may both read
         self._absent = exists is False  # known to have no file (until an entry is written)
 
@@ -57,7 +57,7 @@ class TransactionIndex:
         if entries is None:
             with self._lock:
                 if self._entries is None:
-                    self._entries = _read(self.path)
+                    self._entries = [] if self._absent else _read(self.path)
                 entries = self._entries
         return entries
 
@@ -101,7 +101,9 @@ class TransactionIndex:
 
     def reset(self) -> None:
         """Forget every entry (the segment is being recovered and its entries rebuilt)."""
-        if self.entries or (not self._absent and os.path.exists(self.path)):
+        if self._absent:
+            return  # no file, so no entries either (writing one clears the flag)
+        if self.entries or os.path.exists(self.path):
             self._rewrite([])
 
     def replace(self, entries: list[AbortedTxn]) -> None:
