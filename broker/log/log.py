@@ -523,6 +523,15 @@ class Log:
         log dir durable."""
         self._dir_dirty = self._parent_dirty = True
 
+    @property
+    def parent_dirty(self) -> bool:
+        return self._parent_dirty
+
+    def parent_synced(self) -> None:
+        """The log dir was fsynced after this log's directory was created (LogManager's flusher
+        syncs each log dir once for all its new partitions)."""
+        self._parent_dirty = False
+
     def needs_flush(self, now: int | None = None) -> bool:
         """Whether the flush policy (flush.messages / flush.ms) or a finished roll asks for an fsync."""
         unflushed = self.unflushed_messages

@@ -259,7 +259,16 @@ class LogManager:
         """One pass of the flusher: fsync logs whose flush.ms / flush.messages / roll asks. Blocking."""
         now = self.time()
         flushed = 0
-        for log in self.logs.values():
+        logs = self.logs
+        # New partitions' entries in their log dir: one fsync of the log dir covers all those
+        # created before it (not one each: creating 50,000 partitions would make 50,000).
+        for log_dir in self.log_dirs:
+            new = [log for tp, log in logs.items() if log.parent_dirty and self._log_dir_of.get(tp) == log_dir]
+            if new:
+                fsync_dir(log_dir)
+                for log in new:
+                    log.parent_synced()
+        for log in logs.values():
             if not log.closed and log.flush_if_needed(now):
                 flushed += 1
         return flushed

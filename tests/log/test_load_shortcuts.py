@@ -154,3 +154,22 @@ def test_placement_counts_partitions_per_log_dir(tmp_path) -> None:
     logs.get_or_create_log("t", 9)  # the dir that lost both goes first
     assert logs.log_dir_of("t", 9) == dirs[0]
     logs.shutdown()
+
+
+def test_the_flusher_syncs_a_log_dir_once_for_its_new_partitions(tmp_path, monkeypatch) -> None:
+    import broker.log.log as log_module
+    import broker.log.manager as manager_module
+    from broker.log import LogManager
+
+    synced: list[str] = []
+    monkeypatch.setattr(log_module, "fsync_dir", lambda path: synced.append(path))
+    monkeypatch.setattr(manager_module, "fsync_dir", lambda path: synced.append(path))
+    logs = LogManager([str(tmp_path)], small_config())
+    logs.startup()
+    created = [logs.get_or_create_log("t", i) for i in range(3)]
+    synced.clear()
+    assert logs.flush_dirty_logs() == 3
+    assert sorted(synced) == sorted([str(tmp_path)] + [log.dir for log in created])  # the log dir once
+    synced.clear()
+    assert logs.flush_dirty_logs() == 0 and synced == []
+    logs.shutdown()
