@@ -9,6 +9,11 @@ Kafka's LogLoader, simplified:
    rebuilt. Nothing valid before the damage is lost.
 3. With a clean shutdown only the active segment's indexes are checked now (a failed check runs
    the same recovery); older segments check theirs when first used and rebuild them if needed.
+
+A broker may load tens of thousands of partitions, so each costs as few syscalls as it can: the
+directory is listed once and the listing answers which index, txnindex, leader-epoch and
+snapshot files exist (the partition reads its snapshots' names from it: `Log.listing`), and the
+size of a segment that recovery scans is measured by the scan.
 """
 
 from __future__ import annotations
