@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -49,6 +50,7 @@ def run_kbench(name: str, a: argparse.Namespace, kbench: Path) -> dict[str, Any]
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=a.timeout + 60, stdin=subprocess.DEVNULL)
     finally:
         peer.stop()
+        shutil.rmtree(peer.workdir, ignore_errors=True)
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith("{"):
             result = json.loads(line)
