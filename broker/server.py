@@ -95,7 +95,9 @@ _HEAD_V1 = struct.Struct(">iB")  # v1: the correlation id and an empty tag buffe
 
 class _Route:
     """What serving one API version takes, looked up once per request: the handler, the request
-    decoder, the response encoder, the header versions and the API's metrics."""
+    decoder, the response encoder, the header versions and the API's metrics. Made at the first
+    request of the version (from APIS, filled at import; fault injection goes through the
+    server's intercepts, consulted per request)."""
 
     __slots__ = ("api", "handler", "decode", "encode", "header_version", "tagged_head", "stats")
 
@@ -227,7 +229,7 @@ class Connection(asyncio.BufferedProtocol):
         except StopIteration:
             self.last_active = time.monotonic()
             return
-        except BaseException:
+        except (Exception, asyncio.CancelledError):  # _handle answers failures itself: a bug
             log.exception("closing connection: request handling failed", peer=self.peer)
             self.close()
             return

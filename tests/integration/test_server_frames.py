@@ -79,6 +79,40 @@ def test_pipelined_requests_are_answered_in_order(broker_thread: BrokerThread, c
     assert entry.high_watermark == 7
 
 
+def test_a_request_that_waits_holds_back_those_behind_it(broker_thread: BrokerThread, client: RawClient) -> None:
+    """A request is handled as it arrives, without a task, unless its handler waits: then it goes
+    on in the connection's worker, and what arrives meanwhile queues behind it, in order."""
+    server = broker_thread.broker.server
+    assert api_versions_ok(client)
+    assert all(c.worker is None for c in server.connections)  # answered without a task
+    broker_thread.faults.delay("Metadata", 300)
+    first = client.correlation_id + 1
+    client.send(METADATA, 12, M.MetadataRequest(topics=[]))  # waits 300 ms in its handler
+    wait_for(lambda: any(c.worker is not None for c in server.connections), 10, what="the request to wait")
+    for _ in range(3):
+        client.send(API_VERSIONS, 3, _versions_request("t"))
+    answered = [read_response_frame(client)[0] for _ in range(4)]
+    assert answered == [first, first + 1, first + 2, first + 3]
+    wait_for(lambda: all(c.worker is None for c in server.connections), 10, what="the worker to finish")
+    for _ in range(20):  # and the connection is served as before, request by request
+        assert api_versions_ok(client)
+
+
+def test_a_connection_closed_while_its_request_waits(broker_thread: BrokerThread, bystander: RawClient) -> None:
+    server = broker_thread.broker.server
+    broker_thread.faults.delay("Metadata", 60_000)
+    c = broker_thread.client()
+    c.send(METADATA, 12, M.MetadataRequest(topics=[]))
+    wait_for(lambda: any(conn.worker is not None for conn in server.connections), 10, what="the request to wait")
+    before = len(server.connections)
+    c.close()  # the waiting request's task is cancelled with the connection
+    wait_for(lambda: len(server.connections) == before - 1, 10, what="the connection to go")
+    broker_thread.faults.clear()
+    other = broker_thread.client()
+    assert other.call(METADATA, 12, M.MetadataRequest(topics=[])).brokers
+    other.close()
+
+
 def test_many_connections_concurrently(broker_thread: BrokerThread) -> None:
     broker_thread.create_topic("many", 4)
     errors: list[BaseException] = []
