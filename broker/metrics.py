@@ -73,11 +73,10 @@ class ApiStats:
         self.bytes_out = 0
         self.latency = Histogram(LATENCY_BUCKETS)  # request to response
 
-    def sent(self, size: int, seconds: float) -> None:
-        """A response of `size` bytes went out `seconds` after its request arrived."""
+    def count(self, size: int) -> None:
+        """A response of `size` bytes, counted before it is sent (its latency once it is out)."""
         self.requests += 1
         self.bytes_out += size
-        self.latency.observe(seconds)
 
 
 class Metrics:
@@ -92,10 +91,6 @@ class Metrics:
         self._flush_lock = threading.Lock()
         self.registry.register(_Collector(self))
 
-    def response_sent(self, api_key: int, size: int, seconds: float = 0.0) -> None:
-        stats = self.apis.get(api_key)
-        if stats is not None:
-            stats.sent(size, seconds)
 
     def log_flushed(self, seconds: float) -> None:
         with self._flush_lock:

@@ -228,6 +228,10 @@ class Connection(asyncio.BufferedProtocol):
             waiting_on = handling.send(None)
         except StopIteration:
             self.last_active = time.monotonic()
+            if self._can_write is not None and not self._can_write.done():
+                # the client reads slowly: the worker waits for it before the next request, and
+                # the response counts as in flight (a shutdown lets it drain)
+                self.worker = self.loop.create_task(self._work())
             return
         except (Exception, asyncio.CancelledError):  # _handle answers failures itself: a bug
             log.exception("closing connection: request handling failed", peer=self.peer)
@@ -391,13 +395,13 @@ class Connection(asyncio.BufferedProtocol):
         stats = route.stats
         if len(parts) == 1:  # the usual response: one buffer, size and header included
             frame_bytes = parts[0]
+            stats.count(len(frame_bytes) - 4)  # counted before it can arrive, its latency once written
             self.transport.write(frame_bytes)
-            stats.sent(len(frame_bytes) - 4, time.monotonic() - ctx.received)
         else:
-            rest, size = self._write_parts(parts)
+            rest = self._write_parts(parts, stats)
             if rest is not None:
                 await self._write_with_slices(rest)
-            stats.sent(size, time.monotonic() - ctx.received)
+        stats.latency.observe(time.monotonic() - ctx.received)
         if server.debug:
             log.debug(
                 "request", client_id=client_id, api=route.api.name, version=api_version,
@@ -466,13 +470,15 @@ class Connection(asyncio.BufferedProtocol):
             return
         head = _HEAD_V1.pack(correlation_id, 0) if header_version >= 1 else _HEAD_V0.pack(correlation_id)
         parts = encode_frame(response, version, head)
-        self.server.broker.metrics.response_sent(api_key, sum(len(p) for p in parts) - 4)
+        stats = self.server.broker.metrics.apis.get(api_key)
+        if stats is not None:
+            stats.count(sum(len(p) for p in parts) - 4)
         self.transport.writelines(parts)
 
-    def _write_parts(self, parts: list[Any]) -> tuple[list[Any] | None, int]:
-        """Write a response whose records were passed through by the encoder: small FileSlices are
-        read in place and, if large ones remain, the parts are returned for `_write_with_slices`;
-        and the size of the response."""
+    def _write_parts(self, parts: list[Any], stats: ApiStats) -> list[Any] | None:
+        """Write a response whose records were passed through by the encoder (counting it in
+        `stats` first): small FileSlices are read in place and, if large ones remain, the parts
+        are returned for `_write_with_slices`."""
         assert self.transport is not None
         size = -4  # the size prefix counts what follows it
         large = False
@@ -490,11 +496,12 @@ class Connection(asyncio.BufferedProtocol):
                         log.error("closing connection: cannot read the records to send", peer=self.peer,
                                   error=str(exc))
                         self.close()
-                        return None, 0
+                        return None
+        stats.count(size)
         if large:
-            return parts, size
+            return parts
         self.transport.writelines(parts)
-        return None, size
+        return None
 
     # log data: sendfile ----------------------------------------------------------------------
     async def _write_with_slices(self, parts: list[Any]) -> None:

@@ -3,9 +3,12 @@ refused connections."""
 
 from __future__ import annotations
 
+import fcntl
 import signal
+import socket
 import struct
 import subprocess
+import termios
 from pathlib import Path
 
 from protocol import messages as M
@@ -124,6 +127,11 @@ def test_failed_shutdown_logs_and_exits_non_zero(tmp_path: Path) -> None:
     assert "shutdown failed" in output and "shutdown step failed" in output
 
 
+def _unread_bytes(c: RawClient) -> int:
+    """Bytes the broker sent that the client has not read (FIONREAD)."""
+    return int.from_bytes(fcntl.ioctl(c.sock.fileno(), termios.FIONREAD, b"\x00" * 4), "little")
+
+
 def test_second_signal_ends_the_process(tmp_path: Path) -> None:
     """A shutdown that waits (here for a client that does not read its responses) ends at once
     on a second signal."""
@@ -134,13 +142,16 @@ def test_second_signal_ends_the_process(tmp_path: Path) -> None:
         wait_for(lambda: metadata(c, ["big"]).topics[0].error_code == 0, what="the topic")
         assert produce(c, "big", 0, batch([b"x" * 900_000])).error_code == 0
         # fetches of ~1 MB each that are never read: the connection's writes stall, its request
-        # stays in flight, and the shutdown waits for it
+        # stays in flight, and the shutdown waits for it. Sent at once (no Nagle delay for the
+        # later ones), they arrive together and queue behind the first.
+        c.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        payload = b""
         for _ in range(64):
-            c.send(FETCH, 12, fetch_request([("big", 0, 0)]))
+            body = c.request_bytes(FETCH, 12, fetch_request([("big", 0, 0)]))
+            payload += struct.pack(">i", len(body)) + body
+        c.sock.sendall(payload)
         assert proc.proc is not None
-        time_to_fill = RawClient(proc.port)
-        assert time_to_fill.call(API_VERSIONS, 0, M.ApiVersionsRequest()).error_code == 0
-        time_to_fill.close()
+        wait_for(lambda: _unread_bytes(c) > 0, what="the first fetch responses")  # read and being answered
         proc.proc.send_signal(signal.SIGTERM)
         wait_for(lambda: "shutting down" in proc.output(), what="the shutdown to start")
         proc.proc.send_signal(signal.SIGTERM)
