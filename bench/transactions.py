@@ -3,6 +3,7 @@
     python bench/transactions.py                  # 3 rounds, ours and tansu alternating
     python bench/transactions.py --rounds 1 --records 20000
     python bench/transactions.py --peers ours,tansu,mock   # and librdkafka's mock broker
+    python bench/transactions.py --peers ours,ours@../main,tansu  # and main's broker, in turn
 
 Per round and broker (each started afresh on 127.0.0.1, never two at once):
   idempotent   `records` records of 1 KB, acks=all, enable.idempotence, linger 10 ms, batch.size
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import socket
 import statistics
 import sys
@@ -175,7 +177,10 @@ def pct(values: list[float], q: float) -> float:
 def run_round(name: str, records: int, round_no: int, workroot: Path) -> dict[str, Any]:
     starters: dict[str, Callable[..., peers.Peer]] = {
         "ours": peers.start_ours, "tansu": peers.start_tansu, "mock": peers.start_mock}
-    peer = starters[name](workdir=workroot)
+    if name.startswith("ours@"):  # another checkout's broker
+        peer = peers.start_ours(workdir=workroot, repo=Path(name[len("ours@"):]).resolve())
+    else:
+        peer = starters[name](workdir=workroot)
     try:
         bootstrap = peer.bootstrap
         idem, txn = "idem-%d" % round_no, "txn-%d" % round_no
@@ -205,6 +210,8 @@ def run_round(name: str, records: int, round_no: int, workroot: Path) -> dict[st
         return out
     finally:
         peer.stop()
+        # the logs written (about 2 x records KB a round) go; the broker's own log stays
+        shutil.rmtree(peer.workdir / "data", ignore_errors=True)
 
 
 def summary(rounds: list[dict[str, Any]]) -> dict[str, Any]:
@@ -261,12 +268,13 @@ def main() -> None:
             ("read_committed msg/s", "consume_read_committed_msgs_per_s", "%.0f"),
             ("committed / uncommitted (goal >= 0.90)", "read_committed_over_uncommitted", "%.2f")]
     width = max(len(r[0]) for r in rows)
-    print("%-*s  %s" % (width, "", "  ".join("%12s" % n for n in names)), file=sys.stderr)
+    cols = [max(12, len(n)) for n in names]
+    print("%-*s  %s" % (width, "", "  ".join("%*s" % (w, n) for w, n in zip(cols, names))), file=sys.stderr)
     for label, key, fmt in rows:
         cells = []
-        for n in names:
+        for w, n in zip(cols, names):
             v = report[n]["summary"][key]
-            cells.append("%12s" % (fmt % v if v is not None else "-"))
+            cells.append("%*s" % (w, fmt % v if v is not None else "-"))
         print("%-*s  %s" % (width, label, "  ".join(cells)), file=sys.stderr)
     for n in names:
         for e in report[n]["summary"]["errors"]:
