@@ -384,7 +384,10 @@ def test_a_member_waiting_for_unreleased_partitions_is_answered_when_they_are_fr
     h.allow_held = True
     t = h.topic("t", 4)
     assert len(h.cjoin("a", ["t"]).assignment.topic_partitions[0].partitions) == 4
-    held = h.cjoin("b", ["t"])  # everything is a's: b waits
+    # everything is a's: b's join (a change) is answered at once, b is asked back soon
+    joined = h.cjoin("b", ["t"])
+    assert (joined.member_epoch, joined.assignment.topic_partitions, joined.heartbeat_interval_ms) == (2, [], 500)
+    held = h.hb("b", 2, owned={})  # nothing new: b waits
     assert isinstance(held, Deferred) and not held.done()
     r = h.hb("a", 1, owned={t: [0, 1, 2, 3]})  # a is told to revoke two partitions
     kept = r.assignment.topic_partitions[0].partitions
@@ -400,16 +403,25 @@ def test_a_member_waiting_for_unreleased_partitions_is_answered_when_they_are_fr
 
 def test_a_waiting_member_is_answered_by_the_deadline() -> None:
     h = ConsumerHarness(dataclasses.replace(CONFIG, consumer_unreleased_wait_ms=2000,
-                                            consumer_initial_assignment_delay_ms=0, consumer_steady_hold_ms=0))
+                                            consumer_initial_assignment_delay_ms=0, consumer_steady_hold_ms=0,
+                                            consumer_heartbeat_interval_ms=10000))
     h.allow_held = True
     h.topic("t", 2)
     h.cjoin("a", ["t"])
-    held = h.cjoin("b", ["t"])
-    h.advance(1999)
+    joined = h.cjoin("b", ["t"])
+    assert joined.heartbeat_interval_ms == 500  # asked back soon: that heartbeat may be held
+    held = h.hb("b", 2, owned={})  # held below the interval it was told (librdkafka's timeout)
+    h.advance(249)
     assert not held.done()
     h.advance(1)
     response = held.result()
-    assert (response.error_code, response.member_epoch, response.assignment.topic_partitions) == (0, 2, [])
+    assert (response.error_code, response.member_epoch, response.assignment, response.heartbeat_interval_ms) == (
+        0, 2, None, 10000)
+    held = h.hb("b", 2, owned={})
+    h.advance(1999)
+    assert not held.done()
+    h.advance(1)
+    assert held.result().member_epoch == 2
     # A waiting member that is fenced meanwhile is told so.
     held = h.hb("b", 2, owned={})
     assert isinstance(held, Deferred)
@@ -420,18 +432,24 @@ def test_a_waiting_member_is_answered_by_the_deadline() -> None:
 
 
 def test_first_members_wait_for_each_other() -> None:
-    """A group that was empty computes its first assignment after a short delay; the joins
-    are answered then, each with its share: nobody has anything to revoke."""
+    """A group that was empty computes its first assignment after a short delay; the joins are
+    answered at once (nothing assigned yet, come back soon), the members' next heartbeats then,
+    each with its share: nobody has anything to revoke."""
     h = ConsumerHarness(dataclasses.replace(CONFIG, consumer_unreleased_wait_ms=2000,
                                             consumer_initial_assignment_delay_ms=200, consumer_steady_hold_ms=0))
     h.allow_held = True
     h.topic("t", 6)
-    held = [h.cjoin("m%d" % i, ["t"]) for i in range(3)]
-    assert all(isinstance(d, Deferred) and not d.done() for d in held)
+    joined = [h.cjoin("m%d" % i, ["t"]) for i in range(3)]
+    # asked back when the first assignment is due
+    assert [(r.member_epoch, r.assignment.topic_partitions, r.heartbeat_interval_ms) for r in joined] == [
+        (1, [], 200)] * 3
     group = h.group()
     assert (group.group_epoch, group.state) == (4, GS.ASSIGNING)  # 2 for the first member, +1 per member
     assert all(m.member_epoch == 1 and not m.assigned for m in group.members.values())
-    h.advance(199)
+    h.advance(150)
+    held = [h.hb("m%d" % i, 1) for i in range(3)]  # a little early: held until the assignment
+    assert all(isinstance(d, Deferred) and not d.done() for d in held)
+    h.advance(49)
     assert not any(d.done() for d in held)
     h.advance(1)
     responses = [d.result() for d in held]
@@ -451,9 +469,13 @@ def test_a_new_groups_literal_topics_come_before_its_regex_topics() -> None:
     h.allow_held = True
     h.topic("lit", 2)
     h.topic("orders-1", 2)
-    first = h.cjoin("a", ["lit"], regex="orders-.*")
-    assert isinstance(first, Deferred) and not first.done()  # the group's initial delay
-    h.advance(200)
+    joined = h.cjoin("a", ["lit"], regex="orders-.*")
+    assert (joined.member_epoch, joined.assignment.topic_partitions) == (1, [])  # the group's initial delay
+    assert joined.heartbeat_interval_ms == 200  # asked back when the first assignment is due
+    h.advance(150)
+    first = h.hb("a", 1)
+    assert isinstance(first, Deferred) and not first.done()
+    h.advance(50)
     literal = first.result()
     assert {tp.topic_id for tp in literal.assignment.topic_partitions} == {tid("lit")}
     h.advance(200)  # the regex is resolved once that is out

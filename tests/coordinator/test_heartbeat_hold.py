@@ -5,11 +5,15 @@ the answer is always the one a heartbeat arriving at that moment would get."""
 from __future__ import annotations
 
 import dataclasses
+import uuid
 from typing import Any
 
 import pytest
 
 from broker.coordinator.group.config import GroupCoordinatorConfig
+from broker.coordinator.group.consumer import ConsumerGroupMember
+from broker.coordinator.group.consumer_wait import carries_change
+from broker.coordinator.group.share_wait import carries_change as share_carries_change
 from broker.coordinator.result import Deferred
 from protocol import messages as M
 from protocol.errors import ErrorCode
@@ -140,16 +144,22 @@ def steady_pair() -> tuple[ConsumerHarness, Any, dict[str, list[int]]]:
     t = h.topic("t", 4)
     a = h.cjoin("a", ["t"])
     assert sorted(a.assignment.topic_partitions[0].partitions) == [0, 1, 2, 3]
-    b = h.cjoin("b", ["t"])  # waits for partitions a still owns
+    joined = h.cjoin("b", ["t"])  # a join is answered at once, b to come back soon
+    assert (joined.assignment.topic_partitions, joined.heartbeat_interval_ms) == ([], 500)
+    b = h.hb("b", 2, owned={})  # waits for partitions a still owns
     assert isinstance(b, Deferred)
     revoke = h.hb("a", 1, owned={t: [0, 1, 2, 3]})
     kept = revoke.assignment.topic_partitions[0].partitions
-    acked = h.hb("a", 1, owned={t: kept})  # a has nothing more to do: held
-    assert isinstance(acked, Deferred)
+    revoked = h.hb("a", 1, owned={t: kept})  # a revoked (news for the coordinator): answered at once
+    assert not isinstance(revoked, Deferred)
+    assert (revoked.member_epoch, revoked.assignment, revoked.heartbeat_interval_ms) == (2, None, 500)
     h.advance(0)
     got = b.result().assignment.topic_partitions[0].partitions
+    # both come back with nothing new: held (a below the short interval it was told)
+    acked = [h.hb("a", 2, owned={t: kept}), h.hb("b", 2, owned={t: got})]
+    assert all(isinstance(d, Deferred) for d in acked)
     h.advance(STEADY.steady_hold_ms)
-    assert acked.result().error_code == E.NONE
+    assert [d.result().heartbeat_interval_ms for d in acked] == [5000, 5000]
     return h, t, {"a": sorted(kept), "b": sorted(got)}
 
 
@@ -222,3 +232,112 @@ def test_a_member_released_early_is_held_again_within_its_short_interval() -> No
     h.hb("b", -1)
     h.advance(0)
     assert sorted(held.result().assignment.topic_partitions[0].partitions) == [0, 1, 2, 3]
+
+
+# ----- a heartbeat carrying a change from the client is answered at once ----------------------
+T = uuid.uuid5(uuid.NAMESPACE_DNS, "t")
+BEFORE = ConsumerGroupMember("m", member_epoch=5, instance_id="i", subscribed_topic_names=frozenset(["t"]),
+                             assigned={T: frozenset([0, 1])}, pending_revocation={T: frozenset([2])})
+
+
+def hb_request(epoch: int = 5, **fields: Any) -> Any:
+    """A heartbeat with nothing new, as librdkafka sends it in a steady group, but for `fields`."""
+    values: dict[str, Any] = dict(group_id="g", member_id="m", member_epoch=epoch, instance_id=None, rack_id=None,
+                                  rebalance_timeout_ms=-1, subscribed_topic_names=None, subscribed_topic_regex=None,
+                                  server_assignor=None, topic_partitions=None)
+    owned = fields.pop("owned", None)
+    if owned is not None:
+        values["topic_partitions"] = [M.ConsumerGroupHeartbeatRequest.TopicPartitions(topic_id=T, partitions=owned)]
+    values.update(fields)
+    return M.ConsumerGroupHeartbeatRequest(**values)
+
+
+@pytest.mark.parametrize(("request_", "change"), [
+    (hb_request(), False),
+    (hb_request(epoch=4), False),  # a retry with the previous epoch brings nothing either
+    (hb_request(epoch=0), True),  # (re)joining
+    (hb_request(epoch=-1), True),  # leaving
+    (hb_request(epoch=-2), True),  # a static member leaving
+    (hb_request(subscribed_topic_names=["t", "missing"]), True),
+    (hb_request(subscribed_topic_names=["t"]), True),  # subscribed again to the same topics
+    (hb_request(subscribed_topic_names=[], subscribed_topic_regex="^t$"), True),
+    (hb_request(rebalance_timeout_ms=60000), True),
+    (hb_request(server_assignor="range"), True),
+    (hb_request(rack_id="r1"), True),
+    (hb_request(instance_id="i"), False),  # the Java client sends it every time
+    (hb_request(instance_id="j"), True),
+    (hb_request(owned=[0, 1, 2]), False),  # what the coordinator assigned: an acknowledgement
+    (hb_request(owned=[2, 1, 0]), False),
+    (hb_request(owned=[0, 1]), True),  # partition 2 revoked
+    (hb_request(owned=[]), True),
+    (hb_request(owned=[0, 1, 2, 3]), True),
+])
+def test_carries_change_field_by_field(request_: Any, change: bool) -> None:
+    assert carries_change(request_, BEFORE) is change
+
+
+@pytest.mark.parametrize(("share_request", "change"), [
+    (M.ShareGroupHeartbeatRequest(group_id="g", member_id="m", member_epoch=3), False),
+    (M.ShareGroupHeartbeatRequest(group_id="g", member_id="m", member_epoch=0, subscribed_topic_names=["t"]), True),
+    (M.ShareGroupHeartbeatRequest(group_id="g", member_id="m", member_epoch=-1), True),
+    (M.ShareGroupHeartbeatRequest(group_id="g", member_id="m", member_epoch=3, subscribed_topic_names=["t"]), True),
+    (M.ShareGroupHeartbeatRequest(group_id="g", member_id="m", member_epoch=3, subscribed_topic_names=[]), True),
+    (M.ShareGroupHeartbeatRequest(group_id="g", member_id="m", member_epoch=3, rack_id="r1"), True),
+])
+def test_share_carries_change(share_request: Any, change: bool) -> None:
+    assert share_carries_change(share_request) is change
+
+
+@pytest.mark.parametrize("change", [
+    dict(topics=["t", "missing"]),  # a topic that does not exist: the assignment stays the same
+    dict(topics=["t"]),  # subscribed again to the same topics
+    dict(topics=[], regex="^t$"),  # a regex matching the same topic
+    dict(rebalance_timeout_ms=60000),
+    dict(assignor="range"),
+    dict(rack="r1"),
+])
+def test_a_steady_member_bringing_a_change_is_answered_at_once(change: dict[str, Any]) -> None:
+    """The member waits to hear back about its change: answered at once, as Kafka does, and asked
+    back soon, so that the heartbeat after it (nothing new) is held again."""
+    h, t, owned = steady_pair()
+    response = h.hb("a", 2, **change)
+    assert not isinstance(response, Deferred) and response.error_code == E.NONE
+    if response.assignment is not None:  # the regex is being resolved: its partitions change (as in Kafka)
+        assert "regex" in change
+        return
+    assert response.heartbeat_interval_ms == 500  # (a new subscription bumps the epoch, not the assignment)
+    after = h.hb("a", response.member_epoch, owned={t: owned["a"]})
+    assert isinstance(after, Deferred)
+    h.advance(249)
+    assert not after.done()
+    h.advance(1)  # within half of the 500 ms it was told
+    assert after.result().heartbeat_interval_ms == 5000
+
+
+def test_a_member_revoking_is_answered_at_once_and_a_rejoin_too() -> None:
+    h, t, owned = steady_pair()
+    # a rejoins (fenced, or its client restarted the membership): answered at once, asked back soon
+    rejoined = h.cjoin("a", ["t"])
+    assert not isinstance(rejoined, Deferred) and rejoined.error_code == E.NONE
+    # a static member leaving, and a member leaving: answered at once
+    left = h.hb("b", -1)
+    assert not isinstance(left, Deferred) and (left.error_code, left.member_epoch) == (E.NONE, -1)
+
+
+def test_a_waiting_member_bringing_a_change_is_answered_at_once() -> None:
+    """A member waiting for partitions another still owns is held; one that changes its
+    subscription meanwhile is answered at once (and held again at its next heartbeat)."""
+    h = ConsumerHarness(dataclasses.replace(STEADY, consumer_unreleased_wait_ms=2000))
+    h.allow_held = True
+    t = h.topic("t", 4)
+    h.cjoin("a", ["t"])
+    assert h.cjoin("b", ["t"]).heartbeat_interval_ms == 500
+    h.advance(500)
+    held = h.hb("b", 2, owned={})
+    assert isinstance(held, Deferred) and not held.done()
+    h.run(lambda s, now: s.release_heartbeat("g", "b", now))
+    changed = h.hb("b", 2, topics=["t", "missing"])
+    assert not isinstance(changed, Deferred) and changed.heartbeat_interval_ms == 500
+    again = h.hb("b", 2, owned={})
+    assert isinstance(again, Deferred) and not again.done()
+    del t

@@ -386,12 +386,21 @@ def test_heartbeat_settings_of_group_configs_reach_live_members(broker: BrokerTh
     C = M.ConsumerGroupHeartbeatRequest
     group = s.group + "-consumer"
 
-    def consumer_join(member: str) -> Any:
-        response = client.call(68, 0, C(group_id=group, member_id=member, member_epoch=0, instance_id=None,
-                                        rack_id=None, rebalance_timeout_ms=30000, subscribed_topic_names=[s.topic],
-                                        server_assignor=None, topic_partitions=[]))
+    def heartbeat(member: str, epoch: int, topics: list[str] | None) -> Any:
+        response = client.call(68, 0, C(group_id=group, member_id=member, member_epoch=epoch, instance_id=None,
+                                        rack_id=None, rebalance_timeout_ms=30000 if epoch == 0 else -1,
+                                        subscribed_topic_names=topics, server_assignor=None,
+                                        topic_partitions=[] if epoch == 0 else None))
         assert response.error_code == 0, response
         return response
+
+    def consumer_join(member: str) -> Any:
+        """The interval a joining member is told: a join is answered at once, one that waits for
+        the group's first assignment asked back soon (its next heartbeat tells the interval)."""
+        joined = heartbeat(member, 0, [s.topic])
+        if joined.heartbeat_interval_ms > 500:
+            return joined
+        return heartbeat(member, joined.member_epoch, None)
 
     assert consumer_join(uuid.uuid4().hex[:22]).heartbeat_interval_ms == 5000
     R = M.IncrementalAlterConfigsRequest

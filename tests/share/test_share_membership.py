@@ -199,6 +199,25 @@ def test_a_held_share_heartbeat_released_by_another_request_asks_the_member_back
     assert isinstance(held, Deferred) and held.result().error_code == E.NOT_COORDINATOR
 
 
+def test_a_share_heartbeat_bringing_a_change_is_answered_at_once() -> None:
+    """Kafka answers every heartbeat at once; one that brings the client's change (even a
+    subscription to the same topics, which writes nothing) is not held: its client waits for it."""
+    h = ShareHarness()
+    h.hb("m1", 0, ["t1"])
+    assert isinstance(h.hb("m1", 1), Deferred)  # nothing new: held
+    h.advance(1000)
+    epoch = 1
+    for topics in (["t1"], ["t1", "missing"], ["t1"]):
+        response = h.hb("m1", epoch, topics)
+        assert not isinstance(response, Deferred) and response.error_code == E.NONE, topics
+        assert response.assignment is None  # the same partitions (the epoch moves with the subscription)
+        epoch = response.member_epoch
+    request = REQ(group_id="g", member_id="m1", member_epoch=epoch, rack_id="r1", subscribed_topic_names=None)
+    response = h.call(lambda s, now: s.share_group_heartbeat(request, RequestInfo("c", "/127.0.0.1", 1), now))
+    assert not isinstance(response, Deferred) and response.error_code == E.NONE
+    assert isinstance(h.hb("m1", epoch), Deferred)  # nothing new again: held
+
+
 def test_group_share_max_size_refuses_one_member_too_many() -> None:
     h = ShareHarness(config=dataclasses.replace(CONFIG, share_max_size=2))
     h.hb("m1", 0, ["t1"])

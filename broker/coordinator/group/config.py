@@ -61,7 +61,8 @@ class GroupCoordinatorConfig:
 
     # Not a Kafka setting: the first target assignment of a group that was empty waits this long
     # for other members to join (as Kafka's group.streams.initial.rebalance.delay.ms does for
-    # streams groups), the joins being held meanwhile; -1: 200 ms, within the wait above.
+    # streams groups), the joins being answered at once and the members asked back when it is due
+    # (their next heartbeats held until it); -1: 200 ms, within the wait above.
     consumer_initial_assignment_delay_ms: int = -1
 
     @property

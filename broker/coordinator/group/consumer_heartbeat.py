@@ -41,7 +41,7 @@ from broker.coordinator.group.consumer import (
     replay_consumer_group_record,
 )
 from broker.coordinator.group.consumer_classic import ClassicMembers, new_member_id
-from broker.coordinator.group.consumer_wait import HeldHeartbeats
+from broker.coordinator.group.consumer_wait import HeldHeartbeats, carries_change
 from broker.coordinator.group.membership import RequestInfo
 from broker.coordinator.group.reconciliation import (
     EMPTY,
@@ -266,6 +266,9 @@ class ConsumerGroupManager:
         if records:
             self.waits.group_changed(group_id, except_member=None if may_wait else updated.member_id)
         hold_ms = self.waits.hold_ms(group_id, updated, request, response.assignment is not None) if may_wait else 0
+        if hold_ms > 0 and carries_change(request, member):
+            # The client waits to hear back: answered now, and asked back soon to be held then.
+            hold_ms, response.heartbeat_interval_ms = 0, self.back_soon_ms(group_id)
         if hold_ms > 0:
             held = self.waits.hold(group_id, updated, request, info, member.assigned, response, hold_ms)
             return CoordinatorResult(records=records, response=held)
@@ -427,6 +430,13 @@ class ConsumerGroupManager:
         """A target assignment is about to be computed by a timer."""
         return self.timer.is_scheduled(initial_assignment_key(group_id)) or \
             self.timer.is_scheduled(assignment_key(group_id))
+
+    def back_soon_ms(self, group_id: str) -> int:
+        """The interval that asks a member back soon: 500 ms, or the group's initial delay while
+        its first assignment waits for it (the member's next heartbeat is then held until it)."""
+        if self.timer.is_scheduled(initial_assignment_key(group_id)):
+            return max(1, min(self.waits.quick_ms, self.config.initial_assignment_delay_ms))
+        return self.waits.quick_ms
 
     def may_assign(self, group: ConsumerGroup, now: int) -> bool:
         """group.consumer.assignment.interval.ms: a new target assignment at most this often;

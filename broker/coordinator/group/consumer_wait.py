@@ -24,6 +24,17 @@ heartbeat released early by another request tells the member to come back soon
 commits is nearly always held. librdkafka times a heartbeat request out after the interval it
 was last given, so every hold stays below that interval (`hold_cap`), per member.
 
+Only a heartbeat that brings nothing new is held. One carrying a change from the client (a join,
+a new subscription, another rebalance timeout, assignor or rack, an owned-partitions list other
+than what the coordinator has) is its client waiting for the coordinator's view of that change:
+it is answered at once, as Kafka answers every heartbeat (`carries_change`, field by field). A
+client sends those fields only when they changed (librdkafka's
+rd_kafka_cgrp_consumer_group_heartbeat: on joining, after an error, with a new subscription, or
+acknowledging an assignment; the Java client likewise, but for InstanceId that it always sends).
+When such a heartbeat would otherwise have been held (the member waits for partitions or for an
+assignment, or is stable), its answer asks the member back within `quick_ms`, as an early
+release does: that next heartbeat, with nothing new, is held, so a hand-over stays prompt.
+
 Timer keys: "unreleased-wait-<group>-<member>" (the deadline), "unreleased-wake-<group>-<member>"
 (a re-check after the group changed).
 """
@@ -36,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 from broker.coordinator.group.consumer import ConsumerGroupMember
 from broker.coordinator.group.held import HeldBook
 from broker.coordinator.group.membership import RequestInfo
-from broker.coordinator.group.reconciliation import Assignment, MemberState, assignment_of
+from broker.coordinator.group.reconciliation import Assignment, MemberState, assignment_of, union
 from broker.coordinator.group.records import CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT, parse_record
 from broker.coordinator.result import CoordinatorResult, Deferred, Record
 from protocol import messages as M
@@ -56,6 +67,26 @@ def hold_cap(interval_ms: int) -> int:
     """The longest hold of a heartbeat whose client was last given `interval_ms` (librdkafka's
     timeout of the request): 1 s less, half of it under 2 s."""
     return max(0, interval_ms - min(1000, interval_ms // 2))
+
+
+def carries_change(request: Any, before: ConsumerGroupMember) -> bool:
+    """Whether a ConsumerGroupHeartbeat brings the coordinator something the client waits to hear
+    back about; `before`: the member as the coordinator had it (a fresh one for a new member).
+    Fields the clients send only when they changed count when present; InstanceId (the Java
+    client sends it every time) and the owned partitions (acknowledging what the coordinator
+    assigned is nothing new) count when they differ."""
+    if request.member_epoch <= 0:
+        return True  # joining, rejoining after a fence, or leaving
+    if request.subscribed_topic_names is not None or request.subscribed_topic_regex is not None:
+        return True  # a subscription set anew (even to the same topics: the client waits for it)
+    if request.rebalance_timeout_ms != -1 or request.server_assignor is not None or request.rack_id is not None:
+        return True
+    if request.instance_id is not None and request.instance_id != before.instance_id:
+        return True
+    if request.topic_partitions is not None:
+        owned = assignment_of((tp.topic_id, tp.partitions) for tp in request.topic_partitions)
+        return owned != union(before.assigned, before.pending_revocation)  # partitions revoked (or an owned list the coordinator does not know)
+    return False
 
 
 def wait_key(group_id: str, member_id: str) -> str:

@@ -11,6 +11,11 @@ at its deadline. The answer is what the member would get by heartbeating again a
 a client cannot tell, except that a response takes longer; one released early by another request
 asks the member back soon (HeartbeatIntervalMs 500 ms).
 
+A heartbeat carrying a change from the client (a join, a subscription, a rack; librdkafka and the
+Java client send those only when they changed) is answered at once, as Kafka would: its client
+waits for the coordinator's view of that change, even when nothing changes for the group (a
+subscription set again to the same topics writes no record) - `carries_change`.
+
 Timer keys: "share-hold-<group>-<member>" (the deadline), "share-wake-<group>-<member>" (a look
 after the group changed).
 """
@@ -42,6 +47,12 @@ def hold_key(group_id: str, member_id: str) -> str:
 
 def wake_key(group_id: str, member_id: str) -> str:
     return "share-wake-%s-%s" % (group_id, member_id)
+
+
+def carries_change(request: Any) -> bool:
+    """Whether a ShareGroupHeartbeat brings something new from the client (its optional fields
+    are sent only when they changed, or with a full request after an error)."""
+    return request.member_epoch <= 0 or request.subscribed_topic_names is not None or request.rack_id is not None
 
 
 @dataclasses.dataclass
@@ -77,8 +88,8 @@ class HeldShareHeartbeats(HeldBook[Waiting]):
 
     def hold_ms(self, group_id: str, member_id: str, request: Any, response: Any, interval_ms: int) -> int:
         """How long a heartbeat may be held: that of a member already in the group whose answer
-        carries nothing new (0: answered at once)."""
-        if request.member_epoch <= 0 or response.assignment is not None or response.error_code:
+        carries nothing new, and that brings nothing new (0: answered at once)."""
+        if carries_change(request) or response.assignment is not None or response.error_code:
             return 0
         cap = hold_cap(self.told.get((group_id, member_id), interval_ms))
         return cap if self.hold_limit_ms < 0 else min(cap, self.hold_limit_ms)
