@@ -159,7 +159,7 @@ typedef struct {
 } Mode;
 
 static PyObject *
-decode(Py_buffer *view, Py_ssize_t count, const Mode *mode)
+decode_view(const Py_buffer *view, Py_ssize_t count, const Mode *mode)
 {
     if (count < 0)
         return fail("invalid record count"), NULL;
@@ -247,33 +247,33 @@ error:
     return NULL;
 }
 
-static int
-get_buffer(PyObject *data, Py_buffer *view)
+/* The records of `data` (any buffer), for both entry points */
+static PyObject *
+decode(PyObject *data, Py_ssize_t count, const Mode *mode)
 {
-    return PyObject_GetBuffer(data, view, PyBUF_SIMPLE);
+    if (ProtocolError == NULL || RecordType == NULL)
+        return PyErr_Format(PyExc_RuntimeError, "configure() was not called"), NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    PyObject *result = decode_view(&view, count, mode);
+    PyBuffer_Release(&view);
+    return result;
 }
 
 static PyObject *
 decode_records(PyObject *module, PyObject *args)
 {
     (void)module;
-    PyObject *data, *log_append_time;
+    PyObject *data;
     Py_ssize_t count;
     long long base_offset, base_timestamp;
     Mode mode = {1, 0, 0, NULL};
-    if (RecordType == NULL)
-        return PyErr_Format(PyExc_RuntimeError, "configure() was not called"), NULL;
-    if (!PyArg_ParseTuple(args, "OnLLO", &data, &count, &base_offset, &base_timestamp, &log_append_time))
+    if (!PyArg_ParseTuple(args, "OnLLO", &data, &count, &base_offset, &base_timestamp, &mode.log_append_time))
         return NULL;
     mode.base_offset = base_offset;
     mode.base_timestamp = base_timestamp;
-    mode.log_append_time = log_append_time;
-    Py_buffer view;
-    if (get_buffer(data, &view) < 0)
-        return NULL;
-    PyObject *result = decode(&view, count, &mode);
-    PyBuffer_Release(&view);
-    return result;
+    return decode(data, count, &mode);
 }
 
 static PyObject *
@@ -283,16 +283,9 @@ keys_values(PyObject *module, PyObject *args)
     PyObject *data;
     Py_ssize_t count;
     Mode mode = {0, 0, 0, Py_None};
-    if (ProtocolError == NULL)
-        return PyErr_Format(PyExc_RuntimeError, "configure() was not called"), NULL;
     if (!PyArg_ParseTuple(args, "On", &data, &count))
         return NULL;
-    Py_buffer view;
-    if (get_buffer(data, &view) < 0)
-        return NULL;
-    PyObject *result = decode(&view, count, &mode);
-    PyBuffer_Release(&view);
-    return result;
+    return decode(data, count, &mode);
 }
 
 static PyObject *

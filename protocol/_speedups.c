@@ -62,16 +62,23 @@ static PyObject *UUIDUnknown = NULL; /* uuid.SafeUUID.unknown */
 static Py_ssize_t uuid_int_offset = -1; /* slots of uuid.UUID, or -1: call the class */
 static Py_ssize_t uuid_safe_offset = -1;
 
+/* an encoder's tagged field is left out when None / empty / its default */
+enum { SKIP_NONE = 1, SKIP_FALSY, SKIP_EQUAL };
+
+/* One field of a struct at one version, for the decoder (Program) or the encoder (Encoder). */
 typedef struct {
     Py_ssize_t offset; /* of the field's slot in the instance */
     int kind;
     int flags;
     int elem;          /* element kind of arrays */
+    int skip;          /* an encoder's tagged fields: the SKIP_ rule */
     long long tag;     /* tagged fields only */
-    PyObject *arg;     /* Program (struct, struct elements) or constant (owned) */
-    PyObject *name;    /* field name, for error messages (owned) */
+    PyObject *arg;     /* Program/Encoder (struct, struct elements) or a decoder's constant (owned) */
+    PyObject *name;    /* for error messages: the decoder's field label, the encoder's attribute (owned) */
+    PyObject *dflt;    /* an encoder's SKIP_EQUAL fields: the default (owned) */
 } Op;
 
+/* A Program (decoder) or an Encoder of one struct at one version: the same layout, two types. */
 typedef struct {
     PyObject_HEAD
     PyTypeObject *cls; /* owned */
@@ -79,10 +86,14 @@ typedef struct {
     int flex;          /* a tag buffer ends the struct */
     Py_ssize_t nops;
     Py_ssize_t ntagged;
-    Op *ops; /* nops field ops, then ntagged tagged-field ops */
-} Program;
+    Op *ops; /* nops field ops, then ntagged tagged-field ops (an Encoder's sorted by tag) */
+} StructCodec;
+
+typedef StructCodec Program;
+typedef StructCodec Encoder;
 
 static PyTypeObject ProgramType;
+static PyTypeObject EncoderType;
 
 typedef struct {
     const unsigned char *buf;
@@ -169,21 +180,13 @@ read_length(Reader *r, const Op *op, int flags, int wide, long long *out)
         *out = v - 1;
         return 0;
     }
-    if (wide) {
-        if (!has(r, 4)) {
-            corrupt(op, "truncated length");
-            return -1;
-        }
-        *out = (int32_t)be32(r->buf + r->pos);
-        r->pos += 4;
-        return 0;
-    }
-    if (!has(r, 2)) {
+    Py_ssize_t size = wide ? 4 : 2;
+    if (!has(r, size)) {
         corrupt(op, "truncated length");
         return -1;
     }
-    *out = (int16_t)be16(r->buf + r->pos);
-    r->pos += 2;
+    *out = wide ? (int32_t)be32(r->buf + r->pos) : (int16_t)be16(r->buf + r->pos);
+    r->pos += size;
     return 0;
 }
 
@@ -452,16 +455,17 @@ fail:
     return NULL;
 }
 
-/* ---- Program objects --------------------------------------------------------------------- */
+/* ---- Program and Encoder objects --------------------------------------------------------- */
 
 static void
-program_dealloc(Program *self)
+codec_dealloc(StructCodec *self)
 {
     Py_ssize_t i;
     if (self->ops != NULL) {
         for (i = 0; i < self->nops + self->ntagged; i++) {
             Py_XDECREF(self->ops[i].arg);
             Py_XDECREF(self->ops[i].name);
+            Py_XDECREF(self->ops[i].dflt);
         }
         PyMem_Free(self->ops);
     }
@@ -503,34 +507,41 @@ valid_kind(int kind, int allow_default)
     return kind >= 0 && kind < K_COUNT && (allow_default || kind <= K_ARRAY);
 }
 
-/* Fill `op` from (slot index, kind, flags, arg, field name); `slots` are the class' slot names. */
+/* Fill `op` from its spec; `slots` are the class' slot names. A Program's op is (slot index, kind,
+ * flags, arg, field label), an Encoder's (slot index, kind, flags, arg, skip, default): arg is the
+ * Program/Encoder of a struct or of struct elements, the element kind of other arrays, or a
+ * decoder's constant (the const and newlist kinds supply a field the version does not carry: an
+ * encoder has no op for it); skip and default matter for an Encoder's tagged fields only. */
 static int
-parse_op(Program *self, PyObject *spec, PyObject *slots, Op *op)
+parse_op(StructCodec *self, PyObject *spec, PyObject *slots, Op *op)
 {
+    PyTypeObject *type = Py_TYPE(self);
+    int decoder = type == &ProgramType;
     Py_ssize_t index;
-    int kind, flags;
-    PyObject *arg, *name;
+    int kind, flags, skip = 0;
+    PyObject *arg, *name = NULL, *dflt = NULL;
     if (!PyTuple_Check(spec)) {
         PyErr_SetString(PyExc_TypeError, "an op is a tuple");
         return -1;
     }
-    if (!PyArg_ParseTuple(spec, "niiOU", &index, &kind, &flags, &arg, &name))
+    if (decoder ? !PyArg_ParseTuple(spec, "niiOU", &index, &kind, &flags, &arg, &name)
+                : !PyArg_ParseTuple(spec, "niiOiO", &index, &kind, &flags, &arg, &skip, &dflt))
         return -1;
     if (index < 0 || index >= PyTuple_GET_SIZE(slots)) {
         PyErr_SetString(PyExc_ValueError, "slot index out of range");
         return -1;
     }
-    if (!valid_kind(kind, 1)) {
+    if (!valid_kind(kind, decoder)) {
         PyErr_Format(PyExc_ValueError, "bad kind %d", kind);
         return -1;
     }
     op->elem = -1;
-    if (kind == K_STRUCT && !PyObject_TypeCheck(arg, &ProgramType)) {
-        PyErr_SetString(PyExc_TypeError, "a struct op needs a Program");
+    if (kind == K_STRUCT && !PyObject_TypeCheck(arg, type)) {
+        PyErr_Format(PyExc_TypeError, "a struct op needs another %s", decoder ? "Program" : "Encoder");
         return -1;
     }
     if (kind == K_ARRAY) {
-        if (PyObject_TypeCheck(arg, &ProgramType)) {
+        if (PyObject_TypeCheck(arg, type)) {
             op->elem = K_STRUCT;
         }
         else {
@@ -544,18 +555,24 @@ parse_op(Program *self, PyObject *spec, PyObject *slots, Op *op)
             op->elem = (int)elem;
         }
     }
-    op->offset = slot_offset(self->cls, PyTuple_GET_ITEM(slots, index));
+    PyObject *attr = PyTuple_GET_ITEM(slots, index);
+    op->name = Py_NewRef(decoder ? name : attr);
+    op->offset = slot_offset(self->cls, attr);
     if (op->offset < 0)
         return -1;
     op->kind = kind;
     op->flags = flags;
+    op->skip = skip;
     op->arg = Py_NewRef(arg);
-    op->name = Py_NewRef(name);
+    op->dflt = Py_XNewRef(dflt);
     return 0;
 }
 
+/* Program(cls, name, slots, ops, tagged, flex) and Encoder(the same): `ops` describe the class'
+ * fields (a Program's: all of them, in class order; an Encoder's: those on the wire, in wire
+ * order), `tagged` holds (tag, op) pairs. */
 static PyObject *
-program_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+codec_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"cls", "name", "slots", "ops", "tagged", "flex", NULL};
     PyObject *cls, *name, *slots, *ops, *tagged;
@@ -564,7 +581,12 @@ program_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                                      &PyTuple_Type, &slots, &PyTuple_Type, &ops, &PyTuple_Type,
                                      &tagged, &flex))
         return NULL;
+    int decoder = type == &ProgramType;
     Py_ssize_t i, nops = PyTuple_GET_SIZE(ops), ntagged = PyTuple_GET_SIZE(tagged);
+    if (!decoder && ntagged > 64) {
+        PyErr_SetString(PyExc_ValueError, "more than 64 tagged fields"); /* encode_tagged's stack */
+        return NULL;
+    }
     for (i = 0; i < PyTuple_GET_SIZE(slots); i++) {
         if (!PyUnicode_Check(PyTuple_GET_ITEM(slots, i))) {
             PyErr_SetString(PyExc_TypeError, "slot names are strings");
@@ -575,7 +597,7 @@ program_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_TypeError, "class cannot be allocated");
         return NULL;
     }
-    Program *self = (Program *)type->tp_alloc(type, 0);
+    StructCodec *self = (StructCodec *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
     self->cls = (PyTypeObject *)Py_NewRef(cls);
@@ -586,28 +608,26 @@ program_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         Py_DECREF(self);
         return PyErr_NoMemory();
     }
+    /* counted before they are filled: codec_dealloc releases what a failed parse_op leaves */
+    self->nops = nops;
+    self->ntagged = ntagged;
     for (i = 0; i < nops; i++) {
         if (parse_op(self, PyTuple_GET_ITEM(ops, i), slots, &self->ops[i]) < 0)
             goto fail;
-        self->nops++;
     }
     for (i = 0; i < ntagged; i++) {
         PyObject *item = PyTuple_GET_ITEM(tagged, i);
-        long long tag;
         PyObject *spec;
+        Op *op = &self->ops[nops + i];
         if (!PyTuple_Check(item)) {
             PyErr_SetString(PyExc_TypeError, "a tagged op is a (tag, op) tuple");
             goto fail;
         }
-        if (!PyArg_ParseTuple(item, "LO", &tag, &spec))
+        if (!PyArg_ParseTuple(item, "LO", &op->tag, &spec) || parse_op(self, spec, slots, op) < 0)
             goto fail;
-        Op *op = &self->ops[nops + i];
-        if (parse_op(self, spec, slots, op) < 0)
-            goto fail;
-        self->ntagged++;
-        op->tag = tag;
-        if (op->kind > K_ARRAY) {
-            PyErr_SetString(PyExc_ValueError, "a tagged op must read from the wire");
+        if (op->tag < 0 || op->kind > K_ARRAY || (!decoder && (op->skip < SKIP_NONE || op->skip > SKIP_EQUAL))) {
+            PyErr_SetString(PyExc_ValueError,
+                            "a tagged op needs a tag >= 0, to read from the wire and (encoding) a skip rule");
             goto fail;
         }
     }
@@ -615,6 +635,13 @@ program_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 fail:
     Py_DECREF(self);
     return NULL;
+}
+
+static PyObject *
+codec_repr(StructCodec *self)
+{
+    return PyUnicode_FromFormat("<%s %U: %zd ops, %zd tagged>", Py_IS_TYPE(self, &ProgramType) ? "Program" : "Encoder",
+                                self->name, self->nops, self->ntagged);
 }
 
 /* decode(data, mv, pos) -> (object, end position), as the generated Python decoders. */
@@ -671,12 +698,6 @@ program_decode(Program *self, PyObject *const *args, Py_ssize_t nargs)
     return result;
 }
 
-static PyObject *
-program_repr(Program *self)
-{
-    return PyUnicode_FromFormat("<Program %U: %zd ops, %zd tagged>", self->name, self->nops, self->ntagged);
-}
-
 static PyMethodDef program_methods[] = {
     {"decode", (PyCFunction)(void (*)(void))program_decode, METH_FASTCALL,
      "decode(data, mv, pos) -> (object, end position)"},
@@ -687,12 +708,12 @@ static PyTypeObject ProgramType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "protocol._speedups.Program",
     .tp_basicsize = sizeof(Program),
-    .tp_dealloc = (destructor)program_dealloc,
-    .tp_repr = (reprfunc)program_repr,
+    .tp_dealloc = (destructor)codec_dealloc,
+    .tp_repr = (reprfunc)codec_repr,
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Program(cls, name, slots, ops, tagged, flex): decoder of one struct at one version.",
     .tp_methods = program_methods,
-    .tp_new = program_new,
+    .tp_new = codec_new,
 };
 
 /* ---- encoder ----------------------------------------------------------------------------- */
@@ -704,33 +725,7 @@ static PyTypeObject ProgramType = {
  * not small buffers (file slices, large batches) are passed through as parts of their own.
  * Given a header, the first part starts with the int32 size of the frame and that header. */
 
-enum { SKIP_NONE = 1, SKIP_FALSY, SKIP_EQUAL }; /* a tagged field is left out when None / empty / default */
-
 #define COPY_RECORDS_MAX 16384 /* records buffers up to this size are copied, larger ones passed through */
-
-typedef struct {
-    Py_ssize_t offset; /* of the field's slot in instances of the encoder's class */
-    int kind;
-    int flags;
-    int elem;
-    int skip;          /* tagged fields only */
-    long long tag;     /* tagged fields only */
-    PyObject *arg;     /* Encoder of a struct (or of struct elements) (owned) */
-    PyObject *dflt;    /* SKIP_EQUAL: the default (owned) */
-    PyObject *attr;    /* attribute name, for objects of another class (owned) */
-} EncOp;
-
-typedef struct {
-    PyObject_HEAD
-    PyTypeObject *cls; /* owned */
-    PyObject *name;    /* owned */
-    int flex;
-    Py_ssize_t nops;
-    Py_ssize_t ntagged;
-    EncOp *ops; /* nops wire ops, then ntagged tagged ops sorted by tag */
-} Encoder;
-
-static PyTypeObject EncoderType;
 
 typedef struct {
     char *buf;
@@ -817,6 +812,17 @@ put_be(char *p, unsigned long long v, int size)
     }
 }
 
+/* v as a big-endian integer of `size` bytes */
+static inline int
+w_be(Writer *w, unsigned long long v, int size)
+{
+    char *p = w_reserve(w, size);
+    if (p == NULL)
+        return -1;
+    put_be(p, v, size);
+    return 0;
+}
+
 /* The bytes written so far become a part of their own; `value` (of length n) follows them. */
 static int
 w_pass(Writer *w, PyObject *value, Py_ssize_t n)
@@ -849,17 +855,17 @@ w_free(Writer *w)
 }
 
 static int
-enc_error(const EncOp *op, PyObject *exc, const char *what)
+enc_error(const Op *op, PyObject *exc, const char *what)
 {
-    if (op != NULL && op->attr != NULL)
-        PyErr_Format(exc, "%U: %s", op->attr, what);
+    if (op != NULL && op->name != NULL)
+        PyErr_Format(exc, "%U: %s", op->name, what);
     else
         PyErr_SetString(exc, what);
     return -1;
 }
 
 static int
-write_int(Writer *w, const EncOp *op, int kind, PyObject *v)
+write_int(Writer *w, const Op *op, int kind, PyObject *v)
 {
     static const long long lo[] = {-128, -32768, 0, -2147483648LL, 0};
     static const long long hi[] = {127, 32767, 65535, 2147483647LL, 4294967295LL};
@@ -871,23 +877,15 @@ write_int(Writer *w, const EncOp *op, int kind, PyObject *v)
     if (kind == K_INT64) {
         if (overflow)
             return enc_error(op, PyExc_OverflowError, "int64 out of range");
-        char *p = w_reserve(w, 8);
-        if (p == NULL)
-            return -1;
-        put_be(p, (unsigned long long)x, 8);
-        return 0;
+        return w_be(w, (unsigned long long)x, 8);
     }
     if (overflow || x < lo[kind] || x > hi[kind])
         return enc_error(op, PyExc_OverflowError, "integer out of range for its type");
-    char *p = w_reserve(w, size[kind]);
-    if (p == NULL)
-        return -1;
-    put_be(p, (unsigned long long)x, size[kind]);
-    return 0;
+    return w_be(w, (unsigned long long)x, size[kind]);
 }
 
 static int
-write_uuid(Writer *w, const EncOp *op, PyObject *v)
+write_uuid(Writer *w, const Op *op, PyObject *v)
 {
     char *p = w_reserve(w, 16);
     if (p == NULL)
@@ -926,7 +924,7 @@ write_uuid(Writer *w, const EncOp *op, PyObject *v)
 }
 
 static int
-write_fixed(Writer *w, const EncOp *op, int kind, PyObject *v)
+write_fixed(Writer *w, const Op *op, int kind, PyObject *v)
 {
     switch (kind) {
     case K_INT8:
@@ -962,31 +960,23 @@ write_fixed(Writer *w, const EncOp *op, int kind, PyObject *v)
 
 /* A length prefix (or null when n < 0): compact varint of n + 1, else int16 (strings) or int32. */
 static int
-write_length(Writer *w, const EncOp *op, int flags, int wide, long long n)
+write_length(Writer *w, const Op *op, int flags, int wide, long long n)
 {
     if (flags & F_COMPACT)
         return w_uvarint(w, (unsigned long long)(n + 1));
     if (wide) {
         if (n > 2147483647LL)
             return enc_error(op, PyExc_OverflowError, "length out of range");
-        char *p = w_reserve(w, 4);
-        if (p == NULL)
-            return -1;
-        put_be(p, (unsigned long long)n, 4);
-        return 0;
+        return w_be(w, (unsigned long long)n, 4);
     }
     if (n > 32767)
         return enc_error(op, PyExc_OverflowError, "string longer than 32767 bytes");
-    char *p = w_reserve(w, 2);
-    if (p == NULL)
-        return -1;
-    put_be(p, (unsigned long long)n, 2);
-    return 0;
+    return w_be(w, (unsigned long long)n, 2);
 }
 
 /* string, bytes or records; None is written as null, as the generated encoder does */
 static int
-write_blob(Writer *w, const EncOp *op, int kind, int flags, PyObject *v)
+write_blob(Writer *w, const Op *op, int kind, int flags, PyObject *v)
 {
     if (v == Py_None)
         return write_length(w, op, flags, kind != K_STRING, -1);
@@ -1037,7 +1027,7 @@ write_blob(Writer *w, const EncOp *op, int kind, int flags, PyObject *v)
 static int encode_struct(Encoder *e, PyObject *obj, Writer *w);
 
 static int
-write_array(Writer *w, const EncOp *op, PyObject *v)
+write_array(Writer *w, const Op *op, PyObject *v)
 {
     if (v == Py_None)
         return write_length(w, op, op->flags, 1, -1);
@@ -1061,7 +1051,7 @@ write_array(Writer *w, const EncOp *op, PyObject *v)
 }
 
 static int
-write_op(Writer *w, const EncOp *op, PyObject *v)
+write_op(Writer *w, const Op *op, PyObject *v)
 {
     int kind = op->kind;
     if (kind <= K_UUID)
@@ -1089,21 +1079,21 @@ write_op(Writer *w, const EncOp *op, PyObject *v)
 
 /* the field's value: the slot when obj is of the encoder's class, else the attribute (new ref) */
 static inline PyObject *
-field_value(Encoder *e, PyObject *obj, const EncOp *op)
+field_value(Encoder *e, PyObject *obj, const Op *op)
 {
     if (Py_IS_TYPE(obj, e->cls)) {
         PyObject *v = SLOT(obj, op->offset);
         if (v == NULL) {
-            PyErr_Format(PyExc_AttributeError, "'%s' object has no attribute '%U'", e->cls->tp_name, op->attr);
+            PyErr_Format(PyExc_AttributeError, "'%s' object has no attribute '%U'", e->cls->tp_name, op->name);
             return NULL;
         }
         return Py_NewRef(v);
     }
-    return PyObject_GetAttr(obj, op->attr);
+    return PyObject_GetAttr(obj, op->name);
 }
 
 static int
-tagged_present(const EncOp *op, PyObject *v)
+tagged_present(const Op *op, PyObject *v)
 {
     switch (op->skip) {
     case SKIP_NONE:
@@ -1118,7 +1108,7 @@ tagged_present(const EncOp *op, PyObject *v)
 static int
 encode_tagged(Encoder *e, PyObject *obj, Writer *w)
 {
-    const EncOp *t = e->ops + e->nops;
+    const Op *t = e->ops + e->nops;
     Py_ssize_t i, count = 0, n = e->ntagged;
     PyObject *values[64]; /* a struct has far fewer tagged fields: accel.py checks */
     for (i = 0; i < n; i++) {
@@ -1161,8 +1151,8 @@ encode_tagged(Encoder *e, PyObject *obj, Writer *w)
 static int
 encode_struct(Encoder *e, PyObject *obj, Writer *w)
 {
-    const EncOp *op = e->ops;
-    const EncOp *end = op + e->nops;
+    const Op *op = e->ops;
+    const Op *end = op + e->nops;
     for (; op < end; op++) {
         PyObject *v = field_value(e, obj, op);
         if (v == NULL)
@@ -1243,149 +1233,6 @@ fail:
 }
 
 
-/* ---- Encoder objects --------------------------------------------------------------------- */
-
-static void
-encoder_dealloc(Encoder *self)
-{
-    Py_ssize_t i;
-    if (self->ops != NULL) {
-        for (i = 0; i < self->nops + self->ntagged; i++) {
-            Py_XDECREF(self->ops[i].arg);
-            Py_XDECREF(self->ops[i].dflt);
-            Py_XDECREF(self->ops[i].attr);
-        }
-        PyMem_Free(self->ops);
-    }
-    Py_XDECREF(self->cls);
-    Py_XDECREF(self->name);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-/* (slot index, kind, flags, arg, skip, default): arg is the Encoder of struct kinds (and of
- * arrays of structs) or the element kind of other arrays; skip and default matter for tagged
- * fields only. */
-static int
-parse_enc_op(Encoder *self, PyObject *spec, PyObject *slots, EncOp *op)
-{
-    Py_ssize_t index;
-    int kind, flags, skip;
-    PyObject *arg, *dflt;
-    if (!PyTuple_Check(spec)) {
-        PyErr_SetString(PyExc_TypeError, "an op is a tuple");
-        return -1;
-    }
-    if (!PyArg_ParseTuple(spec, "niiOiO", &index, &kind, &flags, &arg, &skip, &dflt))
-        return -1;
-    if (index < 0 || index >= PyTuple_GET_SIZE(slots)) {
-        PyErr_SetString(PyExc_ValueError, "slot index out of range");
-        return -1;
-    }
-    if (!valid_kind(kind, 0)) {
-        PyErr_Format(PyExc_ValueError, "bad kind %d", kind);
-        return -1;
-    }
-    op->elem = -1;
-    if (kind == K_STRUCT && !PyObject_TypeCheck(arg, &EncoderType)) {
-        PyErr_SetString(PyExc_TypeError, "a struct op needs an Encoder");
-        return -1;
-    }
-    if (kind == K_ARRAY) {
-        if (PyObject_TypeCheck(arg, &EncoderType)) {
-            op->elem = K_STRUCT;
-        }
-        else {
-            long elem = PyLong_AsLong(arg);
-            if (elem == -1 && PyErr_Occurred())
-                return -1;
-            if (!valid_kind((int)elem, 0) || elem == K_STRUCT || elem == K_ARRAY) {
-                PyErr_Format(PyExc_ValueError, "bad array element kind %ld", elem);
-                return -1;
-            }
-            op->elem = (int)elem;
-        }
-    }
-    op->attr = Py_NewRef(PyTuple_GET_ITEM(slots, index));
-    op->offset = slot_offset(self->cls, op->attr);
-    if (op->offset < 0)
-        return -1;
-    op->kind = kind;
-    op->flags = flags;
-    op->skip = skip;
-    op->arg = Py_NewRef(arg);
-    op->dflt = Py_NewRef(dflt);
-    return 0;
-}
-
-static PyObject *
-encoder_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
-{
-    static char *kwlist[] = {"cls", "name", "slots", "ops", "tagged", "flex", NULL};
-    PyObject *cls, *name, *slots, *ops, *tagged;
-    int flex;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!UO!O!O!p", kwlist, &PyType_Type, &cls, &name,
-                                     &PyTuple_Type, &slots, &PyTuple_Type, &ops, &PyTuple_Type,
-                                     &tagged, &flex))
-        return NULL;
-    Py_ssize_t i, nops = PyTuple_GET_SIZE(ops), ntagged = PyTuple_GET_SIZE(tagged);
-    if (ntagged > 64) {
-        PyErr_SetString(PyExc_ValueError, "more than 64 tagged fields");
-        return NULL;
-    }
-    for (i = 0; i < PyTuple_GET_SIZE(slots); i++) {
-        if (!PyUnicode_Check(PyTuple_GET_ITEM(slots, i))) {
-            PyErr_SetString(PyExc_TypeError, "slot names are strings");
-            return NULL;
-        }
-    }
-    Encoder *self = (Encoder *)type->tp_alloc(type, 0);
-    if (self == NULL)
-        return NULL;
-    self->cls = (PyTypeObject *)Py_NewRef(cls);
-    self->name = Py_NewRef(name);
-    self->flex = flex;
-    self->ops = PyMem_Calloc((size_t)(nops + ntagged) + 1, sizeof(EncOp));
-    if (self->ops == NULL) {
-        Py_DECREF(self);
-        return PyErr_NoMemory();
-    }
-    for (i = 0; i < nops; i++) {
-        if (parse_enc_op(self, PyTuple_GET_ITEM(ops, i), slots, &self->ops[i]) < 0)
-            goto fail;
-        self->nops++;
-    }
-    for (i = 0; i < ntagged; i++) {
-        PyObject *item = PyTuple_GET_ITEM(tagged, i);
-        long long tag;
-        PyObject *spec;
-        if (!PyTuple_Check(item)) {
-            PyErr_SetString(PyExc_TypeError, "a tagged op is a (tag, op) tuple");
-            goto fail;
-        }
-        if (!PyArg_ParseTuple(item, "LO", &tag, &spec))
-            goto fail;
-        EncOp *op = &self->ops[nops + i];
-        if (parse_enc_op(self, spec, slots, op) < 0)
-            goto fail;
-        self->ntagged++;
-        op->tag = tag;
-        if (tag < 0 || op->skip < SKIP_NONE || op->skip > SKIP_EQUAL) {
-            PyErr_SetString(PyExc_ValueError, "a tagged op needs a tag >= 0 and a skip rule");
-            goto fail;
-        }
-    }
-    return (PyObject *)self;
-fail:
-    Py_DECREF(self);
-    return NULL;
-}
-
-static PyObject *
-encoder_repr(Encoder *self)
-{
-    return PyUnicode_FromFormat("<Encoder %U: %zd ops, %zd tagged>", self->name, self->nops, self->ntagged);
-}
-
 static PyMethodDef encoder_methods[] = {
     {"encode", (PyCFunction)(void (*)(void))encoder_encode, METH_FASTCALL,
      "encode(obj, head=None) -> list of parts; with a head, the first starts with the frame size and the head"},
@@ -1396,12 +1243,12 @@ static PyTypeObject EncoderType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "protocol._speedups.Encoder",
     .tp_basicsize = sizeof(Encoder),
-    .tp_dealloc = (destructor)encoder_dealloc,
-    .tp_repr = (reprfunc)encoder_repr,
+    .tp_dealloc = (destructor)codec_dealloc,
+    .tp_repr = (reprfunc)codec_repr,
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Encoder(cls, name, slots, ops, tagged, flex): encoder of one struct at one version.",
     .tp_methods = encoder_methods,
-    .tp_new = encoder_new,
+    .tp_new = codec_new,
 };
 
 /* ---- module ------------------------------------------------------------------------------ */

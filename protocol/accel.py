@@ -59,53 +59,82 @@ def build_decoder(codec: MessageCodec, version: int) -> Decoder:
     """The C decoder of `codec`'s definition at `version`: `(data, mv, pos) -> (obj, pos)`."""
     if _speedups is None:
         raise RuntimeError(UNAVAILABLE_REASON)
-    return _ProgramCompiler(codec, version).program(codec.spec.root).decode  # type: ignore[no-any-return]
+    return _ProgramCompiler(codec, version).build(codec.spec.root).decode  # type: ignore[no-any-return]
 
 
-class _ProgramCompiler:
+def build_encoder(codec: MessageCodec, version: int) -> Encoder:
+    """The C encoder of `codec`'s definition at `version`: `(obj, head=None) -> parts`."""
+    if _speedups is None:
+        raise RuntimeError(UNAVAILABLE_REASON)
+    return _EncoderCompiler(codec, version).build(codec.spec.root).encode  # type: ignore[no-any-return]
+
+
+class _Compiler:
+    """Compiles the structs of one (message, version) into C objects of type TYPE (a Program or an
+    Encoder per struct, from the ops `_ops` gives), each once: a struct holding itself is refused."""
+
+    TYPE = ""
+
     def __init__(self, codec: MessageCodec, version: int) -> None:
         self.codec = codec
         self.version = version
         self.flex = codec.spec.is_flexible(version)
         self.kinds: dict[str, int] = _speedups.KINDS
-        self.programs: dict[str, Any] = {}
+        self.built: dict[str, Any] = {}
         self.building: set[str] = set()
 
-    def program(self, s: StructSpec) -> Any:
-        prog = self.programs.get(s.name)
-        if prog is not None:
-            return prog
+    def build(self, s: StructSpec) -> Any:
+        obj = self.built.get(s.name)
+        if obj is not None:
+            return obj
         if s.name in self.building:
             raise ValueError("struct %s contains itself" % s.name)
         self.building.add(s.name)
+        ops, tagged = self._ops(s)
+        slots = tuple(f.attr for f in s.fields)
+        obj = getattr(_speedups, self.TYPE)(self.codec.classes[s.name], s.name, slots, ops, tagged, self.flex)
+        self.building.discard(s.name)
+        self.built[s.name] = obj
+        return obj
+
+    def _ops(self, s: StructSpec) -> tuple[tuple[Any, ...], tuple[tuple[int, Any], ...]]:
+        """The struct's ops and its tagged ops as (tag, op) pairs."""
+        raise NotImplementedError
+
+    def _wire(self, f: FieldSpec) -> tuple[int, int, Any]:
+        """(kind, flags, arg) of a field the version carries: arg is the compiled struct of a
+        struct (or of an array's structs), the element kind of other arrays."""
         version = self.version
+        compact = self.flex if f.flexible is None else version in f.flexible
+        flags = (_speedups.NULLABLE if version in f.nullable else 0) | (_speedups.COMPACT if compact else 0)
+        if f.is_array:
+            elem: Any = self.build(f.struct) if f.struct is not None else self.kinds[f.elem_type]
+            return self.kinds["array"], flags, elem
+        if f.struct is not None:
+            return self.kinds["struct"], flags, self.build(f.struct)
+        return self.kinds[f.type], flags, None
+
+
+class _ProgramCompiler(_Compiler):
+    TYPE = "Program"
+
+    def _ops(self, s: StructSpec) -> tuple[tuple[Any, ...], tuple[tuple[int, Any], ...]]:
+        """Every field in class order: one the version does not carry at its default, as is a
+        tagged one until its tag shows up."""
         ops: list[tuple[Any, ...]] = []
         tagged: list[tuple[int, tuple[Any, ...]]] = []
         for index, f in enumerate(s.fields):
-            if version not in f.versions:
+            if self.version not in f.versions:
                 ops.append(self._default_op(index, f))
-            elif self.flex and version in f.tagged:
+            elif self.flex and self.version in f.tagged:
                 ops.append(self._default_op(index, f))  # until the tag shows up
                 tagged.append((f.tag or 0, self._wire_op(index, f, s.name)))
             else:
                 ops.append(self._wire_op(index, f, s.name))
-        slots = tuple(f.attr for f in s.fields)
-        prog = _speedups.Program(self.codec.classes[s.name], s.name, slots, tuple(ops), tuple(tagged), self.flex)
-        self.building.discard(s.name)
-        self.programs[s.name] = prog
-        return prog
+        return tuple(ops), tuple(tagged)
 
     def _wire_op(self, index: int, f: FieldSpec, owner: str) -> tuple[Any, ...]:
-        version = self.version
-        label = "%s.%s" % (owner, f.name)  # how errors name the field
-        compact = self.flex if f.flexible is None else version in f.flexible
-        flags = (_speedups.NULLABLE if version in f.nullable else 0) | (_speedups.COMPACT if compact else 0)
-        if f.is_array:
-            elem: Any = self.program(f.struct) if f.struct is not None else self.kinds[f.elem_type]
-            return (index, self.kinds["array"], flags, elem, label)
-        if f.struct is not None:
-            return (index, self.kinds["struct"], flags, self.program(f.struct), label)
-        return (index, self.kinds[f.type], flags, None, label)
+        return (index, *self._wire(f), "%s.%s" % (owner, f.name))  # how errors name the field
 
     def _default_op(self, index: int, f: FieldSpec) -> tuple[Any, ...]:
         """The value the generated decoder gives a field the wire does not carry."""
@@ -123,64 +152,29 @@ class _ProgramCompiler:
     def default_program(self, s: StructSpec) -> Any:
         """A program that reads nothing and builds `K()`: every field at its default."""
         key = "%s()" % s.name
-        prog = self.programs.get(key)
+        prog = self.built.get(key)
         if prog is None:
             ops = tuple(self._default_op(index, f) for index, f in enumerate(s.fields))
             slots = tuple(f.attr for f in s.fields)
-            prog = self.programs[key] = _speedups.Program(self.codec.classes[s.name], key, slots, ops, (), False)
+            prog = self.built[key] = _speedups.Program(self.codec.classes[s.name], key, slots, ops, (), False)
         return prog
 
 
-def build_encoder(codec: MessageCodec, version: int) -> Encoder:
-    """The C encoder of `codec`'s definition at `version`: `(obj, head=None) -> parts`."""
-    if _speedups is None:
-        raise RuntimeError(UNAVAILABLE_REASON)
-    return _EncoderCompiler(codec, version).encoder(codec.spec.root).encode  # type: ignore[no-any-return]
+class _EncoderCompiler(_Compiler):
+    TYPE = "Encoder"
 
-
-class _EncoderCompiler:
-    def __init__(self, codec: MessageCodec, version: int) -> None:
-        self.codec = codec
-        self.version = version
-        self.flex = codec.spec.is_flexible(version)
-        self.kinds: dict[str, int] = _speedups.KINDS
-        self.encoders: dict[str, Any] = {}
-        self.building: set[str] = set()
-
-    def encoder(self, s: StructSpec) -> Any:
-        enc = self.encoders.get(s.name)
-        if enc is not None:
-            return enc
-        if s.name in self.building:
-            raise ValueError("struct %s contains itself" % s.name)
-        self.building.add(s.name)
-        version = self.version
+    def _ops(self, s: StructSpec) -> tuple[tuple[Any, ...], tuple[tuple[int, Any], ...]]:
+        """The fields the version carries, tagged ones by tag with the rule that leaves them out."""
         ops: list[tuple[Any, ...]] = []
         tagged: list[tuple[int, tuple[Any, ...]]] = []
         for index, f in enumerate(s.fields):
-            if version not in f.versions:
+            if self.version not in f.versions:
                 continue
-            if self.flex and version in f.tagged:
-                tagged.append((f.tag or 0, self._op(index, f, tagged=True)))
+            if self.flex and self.version in f.tagged:
+                tagged.append((f.tag or 0, (index, *self._wire(f), *self._skip_rule(f))))
             else:
-                ops.append(self._op(index, f, tagged=False))
-        tagged.sort(key=lambda t: t[0])
-        slots = tuple(f.attr for f in s.fields)
-        enc = _speedups.Encoder(self.codec.classes[s.name], s.name, slots, tuple(ops), tuple(tagged), self.flex)
-        self.building.discard(s.name)
-        self.encoders[s.name] = enc
-        return enc
-
-    def _op(self, index: int, f: FieldSpec, tagged: bool) -> tuple[Any, ...]:
-        compact = self.flex if f.flexible is None else self.version in f.flexible
-        flags = (_speedups.NULLABLE if self.version in f.nullable else 0) | (_speedups.COMPACT if compact else 0)
-        skip, default = (self._skip_rule(f) if tagged else (0, None))
-        if f.is_array:
-            elem: Any = self.encoder(f.struct) if f.struct is not None else self.kinds[f.elem_type]
-            return (index, self.kinds["array"], flags, elem, skip, default)
-        if f.struct is not None:
-            return (index, self.kinds["struct"], flags, self.encoder(f.struct), skip, default)
-        return (index, self.kinds[f.type], flags, None, skip, default)
+                ops.append((index, *self._wire(f), 0, None))
+        return tuple(ops), tuple(sorted(tagged, key=lambda t: t[0]))
 
     def _skip_rule(self, f: FieldSpec) -> tuple[int, Any]:
         """When a tagged field is left out, as the generated encoder decides."""

@@ -16,49 +16,11 @@ The functions live in protocol/codecs.py.
 
 from __future__ import annotations
 
-from protocol.codecs import (
-    _DECODE_ERRORS,
-    CLASSES,
-    CODECS,
-    DECODE_ERRORS,
-    REQUESTS,
-    RESPONSES,
-    SPECS,
-    MessageBase,
-    codec_of,
-    decode,
-    decode_request,
-    decode_response,
-    encode,
-    encode_frame,
-    encode_parts,
-    encoder_of,
-    is_flexible,
-    request_decoder,
-)
+from protocol import codecs
+from protocol.codecs import *  # noqa: F403 (the functions and registries: codecs.__all__)
 
 # The classes as module attributes: `M.OffsetCommitResponse` is a plain lookup (handlers make
 # several per request), `from protocol.messages import ProduceResponse` works as for any name.
-globals().update(CLASSES)
+globals().update(codecs.CLASSES)
 
-
-__all__ = [
-    "_DECODE_ERRORS",
-    "CLASSES",
-    "CODECS",
-    "DECODE_ERRORS",
-    "REQUESTS",
-    "RESPONSES",
-    "SPECS",
-    "MessageBase",
-    "codec_of",
-    "decode",
-    "decode_request",
-    "decode_response",
-    "encode",
-    "encode_frame",
-    "encode_parts",
-    "encoder_of",
-    "is_flexible",
-    "request_decoder",
-]
+__all__ = list(codecs.__all__)

@@ -3,7 +3,6 @@
 import uuid
 from typing import Any
 
-from protocol.codecs import _DECODE_ERRORS as _DECODE_ERRORS
 from protocol.codecs import (
     CLASSES as CLASSES,
     CODECS as CODECS,

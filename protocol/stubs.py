@@ -40,7 +40,7 @@ HEADER = '''\
 import uuid
 from typing import Any
 
-from protocol.codecs import _DECODE_ERRORS as _DECODE_ERRORS
+from protocol.codecs import (
 '''
 
 
@@ -76,9 +76,8 @@ def message_stub(spec: MessageSpec) -> list[str]:
 
 
 def render() -> str:
-    names = sorted(n for n in _CODEC_NAMES if n != "_DECODE_ERRORS")
+    names = sorted(_CODEC_NAMES)
     out = [HEADER.rstrip("\n")]
-    out.append("from protocol.codecs import (")
     out += ["    %s as %s," % (n, n) for n in names]
     out.append(")")
     for name in sorted(SPECS):

@@ -27,8 +27,9 @@ from hypothesis import strategies as st
 from strategies import example_value, message_values
 
 from protocol import accel
+from protocol.codecs import _DECODE_ERRORS
 from protocol.errors import ErrorCode, ProtocolError
-from protocol.messages import _DECODE_ERRORS, CODECS, MessageBase, decode, encode
+from protocol.messages import CODECS, MessageBase, decode, encode
 from protocol.primitives import ZERO_UUID
 
 pytestmark = pytest.mark.skipif(not accel.AVAILABLE, reason=accel.UNAVAILABLE_REASON or "no speedups")
