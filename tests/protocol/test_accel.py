@@ -16,7 +16,6 @@ import random
 import struct
 import subprocess
 import sys
-import tracemalloc
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -24,6 +23,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from leaks import assert_no_leak
 from strategies import example_value, message_values
 
 from protocol import accel
@@ -289,20 +289,8 @@ def test_repeated_decodes_do_not_leak() -> None:
                 except ProtocolError:
                     pass
 
-    run(20)
     partition_class: Any = CODECS["FetchResponse"].root_class
-    partition_class = partition_class.PartitionData
-    refs = sys.getrefcount(ZERO_UUID), sys.getrefcount(partition_class)
-    tracemalloc.start()
-    try:
-        run(50)
-        before = tracemalloc.get_traced_memory()[0]
-        run(300)
-        growth = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
-    assert growth < 64 * 1024, growth
-    assert (sys.getrefcount(ZERO_UUID), sys.getrefcount(partition_class)) == refs
+    assert_no_leak(run, [ZERO_UUID, partition_class.PartitionData], warm=50, rounds=300)
 
 
 # ---- wiring ---------------------------------------------------------------------------------

@@ -8,13 +8,12 @@ encoder must refuse (an exception, never a crash or wrong bytes), reference leak
 
 from __future__ import annotations
 
-import sys
-import tracemalloc
 import uuid
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from leaks import assert_no_leak
 from strategies import example_value
 
 from protocol import accel
@@ -150,18 +149,7 @@ def test_no_leaks() -> None:
             except OverflowError:
                 pass
 
-    run(5)
-    refs = sys.getrefcount(samples[0][2]), sys.getrefcount(CLASSES["OffsetCommitResponse"])
-    tracemalloc.start()
-    try:
-        run(10)
-        before = tracemalloc.get_traced_memory()[0]
-        run(50)
-        growth = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
-    assert growth < 64 * 1024, growth
-    assert (sys.getrefcount(samples[0][2]), sys.getrefcount(CLASSES["OffsetCommitResponse"])) == refs
+    assert_no_leak(run, [samples[0][2], CLASSES["OffsetCommitResponse"]], warm=10, rounds=50)
 
 
 def test_encoder_follows_the_switch(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,14 +11,13 @@ where full decoding fails.
 from __future__ import annotations
 
 import random
-import sys
-import tracemalloc
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from leaks import assert_no_leak
 
 import protocol.records as R
 from protocol import accel
@@ -255,15 +254,4 @@ def test_repeated_decodes_do_not_leak() -> None:
                 outcome(C.decode_records, data, count, 10, 10, None)
                 outcome(C.keys_values, data, count)
 
-    refs = sys.getrefcount(Record), sys.getrefcount(None)
-    run(20)
-    tracemalloc.start()
-    try:
-        run(20)
-        before = tracemalloc.get_traced_memory()[0]
-        run(200)
-        growth = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
-    assert growth < 64 * 1024, growth
-    assert sys.getrefcount(Record) == refs[0]
+    assert_no_leak(run, [Record], warm=20, rounds=200)
