@@ -7,7 +7,9 @@ from typing import Any
 
 import re2
 
-RegexError = re2.error
+
+class RegexError(ValueError):
+    """An expression RE2 cannot parse; its text is RE2's description of what is wrong."""
 
 # RE2 writes every expression it cannot parse to the process's stderr, around the broker's log;
 # an invalid expression is the client's error and is answered as one (INVALID_REGULAR_EXPRESSION)
@@ -17,4 +19,11 @@ _OPTIONS.log_errors = False
 
 def compile_re2(pattern: str) -> Any:
     """The compiled expression; RegexError if it is not a valid one."""
-    return re2.compile(pattern, _OPTIONS)
+    try:
+        return re2.compile(pattern, _OPTIONS)
+    except re2.error as exc:
+        # pyre2 gives RE2's description as bytes ("b'missing ]: [a'" once formatted); clients see text
+        reason = exc.args[0] if exc.args else "invalid expression"
+        if isinstance(reason, bytes):
+            reason = reason.decode("utf-8", "replace")
+        raise RegexError(str(reason)) from None

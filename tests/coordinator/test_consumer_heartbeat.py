@@ -140,6 +140,7 @@ def test_request_validation() -> None:
         r = h.cg_heartbeat(request)
         assert r.error_code == code, (request, r)
         assert r.error_message
+        assert "b'" not in r.error_message  # RE2's description as text, not a bytes repr
     assert "g" not in h.shard.groups
     # v0 members may leave the id to the coordinator.
     r = h.cg_heartbeat(REQ(group_id="g", member_id="", member_epoch=0, rebalance_timeout_ms=1,

@@ -23,6 +23,7 @@ from typing import Any, NamedTuple, Protocol
 
 import structlog
 
+from broker.coordinator.regex import RegexError
 from broker.coordinator.runtime import CoordinatorRuntime, PartitionWriter, operation_error_code
 from broker.coordinator.timer import Clock, Timer
 from broker.coordinator.txn.config import TransactionCoordinatorConfig
@@ -170,7 +171,7 @@ class TransactionCoordinator:
                 states.add(state)
         try:
             compiled = compile_pattern(pattern)
-        except Exception:
+        except RegexError:
             return E.INVALID_REGULAR_EXPRESSION, [], unknown
         pids = set(producer_ids)
         now = self.runtime.clock.now_ms()

@@ -391,7 +391,7 @@ class TransactionCoordinatorShard:
 
 def compile_pattern(pattern: str | None) -> Any:
     """ListTransactions v2's TransactionalIdPattern (a Java regular expression, matched in full);
-    None or empty: no filter. re2.error for an invalid expression."""
+    None or empty: no filter. RegexError for an invalid expression."""
     if not pattern:
         return None
     return compile_re2(pattern)
