@@ -97,8 +97,11 @@ def decode_header_rest(frame: Any, header_version: int) -> tuple[str | None, int
                     pos += size
                 if pos > len(frame):
                     raise ProtocolError("header tagged fields overrun the frame", ErrorCode.INVALID_REQUEST)
-    except (IndexError, UnicodeDecodeError) as exc:
-        raise ProtocolError("malformed request header: %s" % exc, ErrorCode.INVALID_REQUEST) from None
+    except IndexError:
+        raise ProtocolError("the header ends early (a frame of %d bytes)" % len(frame),
+                            ErrorCode.INVALID_REQUEST) from None
+    except UnicodeDecodeError:
+        raise ProtocolError("the client id is not valid UTF-8", ErrorCode.INVALID_REQUEST) from None
     return client_id, pos
 
 

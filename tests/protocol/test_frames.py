@@ -13,6 +13,7 @@ from protocol.frames import (
     FrameSplitter,
     FrameTooLarge,
     RequestHeader,
+    decode_header_rest,
     decode_request_header,
     encode_request_header,
     encode_response_header,
@@ -356,3 +357,21 @@ def test_pool_trim_drops_the_oldest_retired_buffers() -> None:
     taken = pool.take(4096)
     assert taken is arrays[2] or taken is arrays[3]  # the newest are kept
     assert pool.trim(1 << 20) == 0
+
+
+@pytest.mark.parametrize(
+    "rest, version, message",
+    [
+        (b"\x00", 1, "the header ends early (a frame of 9 bytes)"),
+        (b"\x00\x02ab", 2, "the header ends early (a frame of 12 bytes)"),
+        (b"\x00\x10ab", 2, "client id overruns the frame"),
+        (b"\x00\x02\xff\xfe", 1, "the client id is not valid UTF-8"),
+    ],
+)
+def test_malformed_header_rest_says_what_is_wrong(rest: bytes, version: int, message: str) -> None:
+    """A bad header closes the connection with a warning that names the fault in the protocol's
+    terms, not a Python exception's text."""
+    with pytest.raises(ProtocolError) as info:
+        decode_header_rest(struct.pack(">hhi", 18, 3, 1) + rest, version)
+    assert str(info.value) == message
+    assert info.value.code is ErrorCode.INVALID_REQUEST
