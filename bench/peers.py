@@ -60,7 +60,9 @@ class Peer:
         return self.proc.poll() is None
 
     def stop(self, grace: float = 15.0) -> int | None:
-        """SIGTERM (the broker shuts down cleanly), SIGKILL if still running after `grace` s."""
+        """SIGTERM (the broker shuts down cleanly), SIGKILL if still running after `grace` s. The
+        broker's data under the work dir goes with it (benches wrote tens of GB there and filled
+        the disk once) unless BENCH_KEEP_DATA=1; its log stays for log_tail."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -68,6 +70,8 @@ class Peer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
+        if os.environ.get("BENCH_KEEP_DATA") != "1":
+            shutil.rmtree(self.workdir / "data", ignore_errors=True)
         return self.proc.returncode
 
     def log_tail(self, lines: int = 20) -> str:

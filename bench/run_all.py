@@ -347,6 +347,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         a.hard_timeout = 300.0 if a.quick else 1500.0
     if a.micro_timeout is None:
         a.micro_timeout = 300.0 if a.quick else 900.0
+    if a.keep:
+        os.environ["BENCH_KEEP_DATA"] = "1"  # peers.Peer.stop removes a broker's data otherwise
     mode = "quick" if a.quick else "full"
     t_start = time.time()
     report: dict[str, Any] = {
