@@ -1,6 +1,7 @@
-"""Transactions benchmark: our broker beside Tansu, in the same run (confluent-kafka clients).
+"""Transactions benchmark: our broker beside Tansu, in the same run (confluent-kafka clients by default).
 
     python bench/transactions.py                  # 3 rounds, ours and tansu alternating
+    python bench/transactions.py --client kafka-python --records 50000   # or aiokafka
     python bench/transactions.py --rounds 1 --records 20000
     python bench/transactions.py --peers ours,tansu,mock   # and librdkafka's mock broker
     python bench/transactions.py --peers ours,ours@../main,tansu  # and main's broker, in turn
@@ -26,6 +27,9 @@ whose commit_transaction() takes about 0.17 ms) is the client's own ceiling: lib
 transaction one step after the other (AddPartitionsToTxn about 1 ms after the first record, then
 the batches, then EndTxn), so its ratio to the pipelined idempotent rate is bounded by the client
 whatever the broker, and the faster a broker's idempotent produce, the lower its ratio.
+
+`--client kafka-python|aiokafka` runs the same steps with that client's producer and consumer
+(bench/txn_pyclients.py): its own batch size (16 KB for both) unless --batch-size is given.
 """
 
 from __future__ import annotations
@@ -174,7 +178,37 @@ def pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
 
 
-def run_round(name: str, records: int, round_no: int, workroot: Path) -> dict[str, Any]:
+CLIENTS = ("confluent", "kafka-python", "aiokafka")
+
+
+class Steps:
+    """One client's three timed steps (confluent-kafka's are the functions above)."""
+
+    def __init__(self, client: str, batch_size: int | None) -> None:
+        self.client = client
+        self.errors: tuple[type[BaseException], ...] = (RuntimeError, KafkaException)
+        self.produce_idempotent: Callable[[str, str, int], float] = produce_idempotent
+        self.produce_transactional: Callable[[str, str, int, str], tuple[float, list[float]]] = (
+            produce_transactional)
+        self.consume: Callable[..., float] = consume  # (bootstrap, topic, isolation, expected, group=None)
+        if client == "confluent":
+            return
+        import asyncio
+
+        import aiokafka.errors
+        import kafka.errors
+        import txn_pyclients as py
+
+        self.errors = (RuntimeError, kafka.errors.KafkaError, aiokafka.errors.KafkaError, asyncio.TimeoutError)
+        idem, txn, cons = ((py.kp_produce_idempotent, py.kp_produce_transactional, py.kp_consume)
+                           if client == "kafka-python" else
+                           (py.aio_produce_idempotent, py.aio_produce_transactional, py.aio_consume))
+        self.produce_idempotent = lambda b, t, n: idem(b, t, n, batch_size, PHASE_LIMIT_S)
+        self.produce_transactional = lambda b, t, n, tid: txn(b, t, n, tid, batch_size, PHASE_LIMIT_S)
+        self.consume = lambda b, t, iso, n, group=None: cons(b, t, iso, n, PHASE_LIMIT_S)  # no group: assign()
+
+
+def run_round(name: str, records: int, round_no: int, workroot: Path, steps: Steps) -> dict[str, Any]:
     starters: dict[str, Callable[..., peers.Peer]] = {
         "ours": peers.start_ours, "tansu": peers.start_tansu, "mock": peers.start_mock}
     if name.startswith("ours@"):  # another checkout's broker
@@ -190,23 +224,23 @@ def run_round(name: str, records: int, round_no: int, workroot: Path) -> dict[st
             # the two producers take turns going first; the transactional topic holds the warm-up
             # record, then `records` in transactions
             if round_no % 2 == 0:
-                out["idempotent_msgs_per_s"] = produce_idempotent(bootstrap, idem, records)
-            rate, commits = produce_transactional(bootstrap, txn, records, "bench-%d" % round_no)
+                out["idempotent_msgs_per_s"] = steps.produce_idempotent(bootstrap, idem, records)
+            rate, commits = steps.produce_transactional(bootstrap, txn, records, "bench-%d" % round_no)
             if round_no % 2 == 1:
-                out["idempotent_msgs_per_s"] = produce_idempotent(bootstrap, idem, records)
+                out["idempotent_msgs_per_s"] = steps.produce_idempotent(bootstrap, idem, records)
             out["txn_msgs_per_s"] = rate
             out["endtxn_ms"] = {"p50": statistics.median(commits), "p99": pct(commits, 0.99), "max": max(commits),
                                 "n": len(commits)}
             if name == "mock":
                 return out  # its fetches do not give the log back from the start: produce only
-            consume(bootstrap, txn, "read_uncommitted", records + 1, "warm-up")
+            steps.consume(bootstrap, txn, "read_uncommitted", records + 1, "warm-up")
             order = ["read_uncommitted", "read_committed"]
             if round_no % 2:
                 order.reverse()
             for isolation in order:
-                out["consume_%s_msgs_per_s" % isolation] = consume(bootstrap, txn, isolation, records + 1)
-        except (RuntimeError, KafkaException) as exc:
-            out["error"] = str(exc)
+                out["consume_%s_msgs_per_s" % isolation] = steps.consume(bootstrap, txn, isolation, records + 1)
+        except steps.errors as exc:
+            out["error"] = str(exc) if steps.client == "confluent" else "%s: %s" % (type(exc).__name__, exc)
         return out
     finally:
         peer.stop()
@@ -239,10 +273,16 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--records", type=int, default=100000)
     ap.add_argument("--peers", default="ours,tansu")
-    ap.add_argument("--batch-size", type=int, default=1 << 20,
-                    help="the producers' batch.size (librdkafka's default is about 1 MB)")
+    ap.add_argument("--batch-size", type=int, default=None,
+                    help="the producers' batch size (default: confluent 1 MB, about librdkafka's; "
+                         "kafka-python and aiokafka their own, 16 KB)")
+    ap.add_argument("--client", choices=CLIENTS, default="confluent",
+                    help="whose producer and consumer (default confluent-kafka)")
     args = ap.parse_args()
-    BATCH_SIZE[0] = args.batch_size
+    if args.client == "confluent":
+        args.batch_size = args.batch_size or 1 << 20
+        BATCH_SIZE[0] = args.batch_size
+    steps = Steps(args.client, args.batch_size)
     names = [n for n in args.peers.split(",") if n]
     if "tansu" in names and peers.find_tansu() is None:
         log("no tansu binary: skipped")
@@ -254,10 +294,17 @@ def main() -> None:
 
     workroot = Path(tempfile.mkdtemp(prefix="txn-bench-"))
     results: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
+    unserved: set[str] = set()
     for r in range(args.rounds):
         for name in names if r % 2 == 0 else list(reversed(names)):
+            if name in unserved:
+                continue
             log("round %d: %s" % (r + 1, name))
-            results[name].append(run_round(name, args.records, r, workroot))
+            out = run_round(name, args.records, r, workroot, steps)
+            results[name].append(out)
+            if args.client != "confluent" and set(out) == {"error"}:  # not one step went through
+                unserved.add(name)
+                log("%s cannot serve %s (%s): skipped in the next rounds" % (name, args.client, out["error"]))
     report = {n: {"summary": summary(rs), "rounds": rs} for n, rs in results.items()}
     rows = [("transactional produce msg/s", "txn_msgs_per_s", "%.0f"),
             ("idempotent produce msg/s", "idempotent_msgs_per_s", "%.0f"),
@@ -279,9 +326,11 @@ def main() -> None:
     for n in names:
         for e in report[n]["summary"]["errors"]:
             print("%s: %s" % (n, e), file=sys.stderr)
-    json.dump({"records": args.records, "per_txn": PER_TXN, "rounds": args.rounds, "batch_size": args.batch_size,
-               "results": report},
-              sys.stdout, indent=1)
+    head: dict[str, Any] = {"records": args.records, "per_txn": PER_TXN, "rounds": args.rounds,
+                            "batch_size": args.batch_size or 16384}
+    if args.client != "confluent":
+        head["client"] = args.client
+    json.dump({**head, "results": report}, sys.stdout, indent=1)
     print()
 
 
