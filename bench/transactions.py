@@ -29,7 +29,7 @@ the batches, then EndTxn), so its ratio to the pipelined idempotent rate is boun
 whatever the broker, and the faster a broker's idempotent produce, the lower its ratio.
 
 `--client kafka-python|aiokafka` runs the same steps with that client's producer and consumer
-(bench/txn_pyclients.py): its own batch size (16 KB for both) unless --batch-size is given.
+(bench/txn_pyclients.py): its own linger (0) and batch size (16 KB for both) unless --batch-size.
 """
 
 from __future__ import annotations
