@@ -15,7 +15,7 @@ The mock's share groups read from the latest offset by default, and the shared m
 no switch for it: this script starts the mock itself (ctypes, the librdkafka bundled with
 confluent-kafka) with share auto.offset.reset=earliest and the same lock duration.
 
-    flock /work/notes/bench.lock python bench/share_groups.py [--records 50000] [--repeat 3]
+    flock /work/notes/bench.lock python bench/share_groups.py [--records 50000] [--repeat 3] [--repo DIR]
 
 With 50,000 records the rate from first to last record spans a few tens of milliseconds on our
 broker and swings between runs; `--targets ours_share,ours_classic --records 500000` (our broker
@@ -109,11 +109,11 @@ def start_mock(topics: list[str]) -> Target:
     return Target("mock", line.split("=", 1)[1], proc.pid, stop, group_configs=False)
 
 
-def start_ours() -> Target:
+def start_ours(repo: Path = ROOT) -> Target:
     peer = peers.start_ours({"group.share.min.record.lock.duration.ms": "1000",
                              "group.share.heartbeat.interval.ms": "1000",
                              "group.share.min.heartbeat.interval.ms": "1000",
-                             "group.initial.rebalance.delay.ms": "0"})
+                             "group.initial.rebalance.delay.ms": "0"}, repo=repo)
     return Target("ours", peer.bootstrap, peer.pid, peer.stop, group_configs=True)
 
 
@@ -246,11 +246,12 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--sizes", default="100,1024")
     ap.add_argument("--targets", default=",".join(TARGETS), help="a subset of %s" % ",".join(TARGETS))
+    ap.add_argument("--repo", type=Path, default=ROOT, help="the checkout whose broker runs (to compare versions)")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     targets = [t for t in args.targets.split(",") if t]
     assert set(targets) <= set(TARGETS), targets
-    results: dict[str, Any] = {"records": args.records, "consumers": CONSUMERS, "partitions": PARTITIONS,
+    results: dict[str, Any] = {"repo": str(args.repo), "records": args.records, "consumers": CONSUMERS, "partitions": PARTITIONS,
                                "lock_ms": LOCK_MS, "runs": []}
     for run in range(args.repeat):
         for size in sizes:
@@ -261,7 +262,7 @@ def main() -> None:
             order = order if run % 2 == 0 else order[::-1]
             for which in order:
                 topic, group = "bench-%s-%s" % (which, tag), "g-%s-%s" % (which, tag)
-                target = start_mock([topic]) if which == "mock" else start_ours()
+                target = start_mock([topic]) if which == "mock" else start_ours(args.repo)
                 try:
                     prepare(target, topic, group, n, size, share=which != "ours_classic")
                     r = consume(target, topic, group, n, share=which != "ours_classic")

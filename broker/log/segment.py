@@ -86,6 +86,21 @@ class FileSlice:
             return b""
         return read_exact(self.file.fd, self.position, self.length)
 
+    def batches(self) -> Iterator[tuple[int, BatchHeader]]:
+        """(position in the slice, header) of its whole batches, from the file: the headers are
+        parsed, the records are left where they are."""
+        if not self.length or self.file is None:
+            return
+        start = self.position
+        for pos, header in walk_headers(self.file, start, start + self.length):
+            yield pos - start, header
+
+    def sub(self, start: int, end: int) -> FileSlice:
+        """The bytes [start, end) of this slice (positions as `batches` gives them)."""
+        if start == 0 and end == self.length:
+            return self
+        return FileSlice(self.file, self.position + start, end - start)
+
     def __len__(self) -> int:
         return self.length
 

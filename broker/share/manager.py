@@ -28,6 +28,7 @@ from broker.coordinator.share.records import ShareKey
 from broker.coordinator.share.shard import WriteState
 from broker.coordinator.share.state import ShareGroupOffset
 from broker.coordinator.timer import Cancellable, Clock
+from broker.log.segment import FileSlice
 from broker.share.dlq import DeadLetter, DeadLetterWriter
 from broker.share.engine import (
     AckBatch,
@@ -93,7 +94,7 @@ class PartitionResult:
 
     error: ErrorCode = ErrorCode.NONE
     message: str | None = None
-    records: bytes = b""
+    records: FileSlice | bytes = b""  # whole log batches: a FileSlice is sent as a Fetch sends it
     acquired: list[AcquiredRecords] = field(default_factory=list)
 
 
@@ -298,7 +299,7 @@ class SharePartitionManager:
         return total
 
     def _acquire(self, member_id: str, entry: _Entry, max_bytes: int, max_records: int, batch_size: int,
-                 record_limit: bool) -> tuple[list[AcquiredRecords], bytes]:
+                 record_limit: bool) -> tuple[list[AcquiredRecords], FileSlice | bytes]:
         engine, partition = entry.engine, entry.partition
         if partition.log_start_offset > engine.start_offset:
             engine.on_log_start(partition.log_start_offset)
@@ -315,13 +316,16 @@ class SharePartitionManager:
         window = min(max_bytes, READ_WINDOW)
         while True:
             info = partition.read(offset, window, isolation, True)
-            data = info.records.read() if hasattr(info.records, "read") else bytes(info.records)
-            if not data:
+            records = info.records
+            if not len(records):
                 return [], b""
             positions = []
             fetched = []
             headers = []
-            for pos, header in iter_batches(data):
+            # Only the batch headers are read: the records go out as the log holds them (a
+            # FileSlice, sent like a Fetch's), never copied through this process here.
+            batches = records.batches() if isinstance(records, FileSlice) else iter_batches(records)
+            for pos, header in batches:
                 positions.append(pos)
                 headers.append(header)
                 fetched.append(FetchedBatch(header.base_offset, header.last_offset))
@@ -343,12 +347,15 @@ class SharePartitionManager:
             self.metrics.acquired += n
             if a.delivery_count > 1:
                 self.metrics.redelivered += n
-        # Only the batches holding acquired records go back (the client drops records outside them).
+        # Only the whole batches holding acquired records go back, as Kafka's maybeSliceFetchRecords
+        # (the client drops the records of a batch outside its AcquiredRecords).
         lo, hi = got[0].first_offset, max(a.last_offset for a in got)
         first = next(i for i, b in enumerate(fetched) if b.last_offset >= lo)
         last = max(i for i, b in enumerate(fetched) if b.base_offset <= hi)
-        end = positions[last + 1] if last + 1 < len(positions) else len(data)
-        return got, bytes(data[positions[first]:end])
+        end = positions[last + 1] if last + 1 < len(positions) else positions[last] + headers[last].size
+        if isinstance(records, FileSlice):
+            return got, records.sub(positions[first], end)
+        return got, bytes(records[positions[first]:end])
 
     def _drop_aborted(self, member_id: str, entry: _Entry, got: list[AcquiredRecords], headers: list[Any]
                       ) -> list[AcquiredRecords]:

@@ -215,6 +215,22 @@ def test_read_bounds_and_slices(tmp_path, clock: Clock) -> None:
     assert log.read_bytes(0, 10**9) == read_all(log)
 
 
+def test_a_slice_walks_its_batch_headers_and_cuts_whole_batches(tmp_path, clock: Clock) -> None:
+    log = new_log(tmp_path, clock, small_config(segment_bytes=100_000))
+    for _ in range(10):
+        log.append(batch(2, size=30))
+    info = log.read(4, 4 * parse_batch_header(batch(2, size=30)).size)
+    data = info.records.read()
+    walked = list(info.records.batches())
+    assert walked == list(iter_batches(data))  # positions within the slice, headers as parsed from bytes
+    assert [h.base_offset for _, h in walked] == [4, 6, 8, 10]
+    (start, _), (end, _) = walked[1], walked[3]
+    piece = info.records.sub(start, end)
+    assert batch_ranges(piece.read()) == [(6, 7), (8, 9)] and piece.read() == data[start:end]
+    assert info.records.sub(0, info.records.length) is info.records
+    assert list(log.read(20, 100).records.batches()) == []  # the log end: an empty slice
+
+
 def test_read_across_segments_returns_one_segment(tmp_path, clock: Clock) -> None:
     log = new_log(tmp_path, clock, small_config(segment_bytes=600))
     for _ in range(20):

@@ -1,22 +1,27 @@
 """The share-partition manager on in-memory fakes: it reads from the log what the acquisition can
 use (a window that grows until it holds the records wanted or the log's end, never MaxBytes of log
-for a few records), and resumes the dead-letter queue after a restart."""
+for a few records), answers with the log's own whole batches (a FileSlice, not a copy), and
+resumes the dead-letter queue after a restart."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
+from pathlib import Path
 from typing import Any
 
 from broker.coordinator.share.records import ShareKey
 from broker.coordinator.share.shard import WriteState
 from broker.coordinator.share.state import ShareGroupOffset, StateBatch
 from broker.coordinator.timer import ManualClock
+from broker.log.handles import FileHandle
+from broker.log.segment import FileSlice
 from broker.share.dlq import DeadLetter, DeadLetterWriter
 from broker.share.engine import ShareSettings
 from broker.share.inflight import RecordState
 from broker.share.manager import READ_WINDOW, ShareGroupSettings, SharePartitionManager
-from protocol.records import build_batch
+from protocol.records import build_batch, iter_batches
 
 TOPIC = uuid.uuid4()
 VALUE = b"x" * 1024
@@ -73,6 +78,19 @@ class LogPartition:
         pass
 
 
+class FilePartition(LogPartition):
+    """The same batches in a segment-like file: reads give FileSlices, as a broker Partition's do."""
+
+    def __init__(self, batches: int, path: Path) -> None:
+        super().__init__(batches)
+        path.write_bytes(b"".join(self.batches))
+        self.handle = FileHandle(os.open(path, os.O_RDONLY))
+
+    def read(self, offset: int, max_bytes: int, isolation_level: int, min_one_message: bool = True) -> Read:
+        start = sum(len(b) for b in self.batches[:offset // 10])
+        return Read(FileSlice(self.handle, start, len(super().read(offset, max_bytes, isolation_level).records)))
+
+
 def manager(partition: LogPartition, persister: Persister | None = None, dlq: bool = False,
             dead_letters: DeadLetterWriter | None = None) -> SharePartitionManager:
     settings = ShareGroupSettings(engine=ShareSettings(dlq=dlq), auto_offset_reset="earliest")
@@ -102,6 +120,33 @@ async def test_the_window_grows_until_it_holds_the_records_wanted_or_the_log_end
     partition.reads.clear()
     assert await fetch(m, 500) == [(1500, 1999)]  # at the 2,000 record locks cap
     assert partition.reads == [READ_WINDOW]
+    await m.stop()
+
+
+async def test_the_records_sent_are_a_slice_of_the_log_file_holding_whole_batches(tmp_path: Path) -> None:
+    """As Kafka's maybeSliceFetchRecords: the whole batches holding the acquired records, sent
+    from the file (no copy); records of a batch acquired only in part go out in their batch, and
+    its other records again with the next acquisition."""
+    partition = FilePartition(batches=5, path=tmp_path / "00000000000000000000.log")
+    size = len(partition.batches[0])
+    m = manager(partition)
+
+    async def share_fetch(max_records: int, record_limit: bool) -> tuple[list[tuple[int, int]], Any]:
+        result = (await m.fetch("g", "m", [(TOPIC, 0)], max_wait_ms=0, min_bytes=1, max_bytes=50 << 20,
+                                max_records=max_records, batch_size=max_records, record_limit=record_limit))[(TOPIC, 0)]
+        return [(a.first_offset, a.last_offset) for a in result.acquired], result.records
+
+    acquired, records = await share_fetch(4, record_limit=True)  # part of the first batch
+    assert acquired == [(0, 3)]
+    assert isinstance(records, FileSlice) and (records.position, records.length) == (0, size)
+    assert records.read() == partition.batches[0]
+    acquired, records = await share_fetch(12, record_limit=True)  # the rest of it and part of the next
+    assert acquired == [(4, 9), (10, 15)]
+    assert (records.position, records.length) == (0, 2 * size)
+    acquired, records = await share_fetch(15, record_limit=False)  # whole batches (a soft limit)
+    assert acquired == [(16, 19), (20, 39)]  # up to the end of the batch holding the 15th record
+    assert isinstance(records, FileSlice) and (records.position, records.length) == (size, 3 * size)
+    assert [h.base_offset for _, h in iter_batches(records.read())] == [10, 20, 30]
     await m.stop()
 
 
