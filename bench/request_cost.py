@@ -3,6 +3,7 @@ time over one connection with raw frames (no client library in the way).
 
     python bench/request_cost.py [--seconds 4] [--apis describe_cluster,metadata,offset_commit]
     python bench/request_cost.py --rounds 3 --root . --root ../main     # two checkouts, alternating
+    python bench/request_cost.py --placement same     # broker and client on one CPU (or: apart, free)
 
 Starts `python -m broker` (tests.harness.BrokerProcess, data on disk), warms each request up,
 then sends it back to back for `--seconds` and reads the broker's CPU time from /proc. The
@@ -14,6 +15,14 @@ group.heartbeat.hold.ms=0 so that it is answered at once rather than held. With 
 in turn (the order alternating), so that versions compare in the same minutes of a noisy
 machine; the medians per checkout come last. `--root tansu` measures Tansu (bench/peers.py) the
 same way, for the requests it advertises. Prints one JSON object.
+
+Where the scheduler puts the client relative to the broker moves the figures by 2x on the 2-core
+bench VM, more than any version does: on one CPU the response's write wakes the client there (and
+the client's request the broker); on two, every request and response wakes a halted vCPU with an
+inter-processor interrupt (VM exits) and finds its caches cold. With the default `--placement free`
+that choice changes from run to run (a busy machine tends to put both on one CPU: it is then the
+cheaper case); `same` pins the broker and the client to the first CPU, `apart` the broker to the
+first and the client to the second, so that versions compare in one placement.
 """
 
 from __future__ import annotations
@@ -54,6 +63,26 @@ REQUESTS: dict[str, tuple[int, int, Any]] = {
 }
 FIND_COORDINATOR, JOIN_GROUP, SYNC_GROUP = 10, 11, 14
 OVERRIDES = {"group.heartbeat.hold.ms": "0"}  # a heartbeat is answered at once
+PLACEMENTS = ("free", "same", "apart")
+CPUS = sorted(os.sched_getaffinity(0))
+
+
+def pin_broker(placement: str) -> None:
+    """Before the broker starts: it inherits this process's CPUs (the first one, unless free)."""
+    if placement != "free":
+        os.sched_setaffinity(0, CPUS[:1])
+
+
+def pin_client(placement: str) -> None:
+    """Once the broker runs: this process (the client) goes to the broker's CPU, or to the second."""
+    if placement == "same":
+        os.sched_setaffinity(0, CPUS[:1])
+    elif placement == "apart":
+        os.sched_setaffinity(0, CPUS[1:2] or CPUS[:1])
+
+
+def unpin() -> None:
+    os.sched_setaffinity(0, CPUS)
 
 
 def join_group(port: int) -> tuple[int, str]:
@@ -118,15 +147,20 @@ class _Tansu:
         shutil.rmtree(self.peer.workdir, ignore_errors=True)
 
 
-def run_broker(root: Path, apis: list[str], seconds: float) -> list[dict[str, Any]]:
+def run_broker(root: Path, apis: list[str], seconds: float, placement: str = "free") -> list[dict[str, Any]]:
     """Start the broker of the checkout `root` (or Tansu, for the root "tansu") and measure each
     request against it (requests Tansu does not advertise give null)."""
     with tempfile.TemporaryDirectory() as tmp:
-        if str(root) == "tansu":
-            kafka: Any = _Tansu()
-            apis = [a if REQUESTS[a][0] in kafka.keys else "" for a in apis]
-        else:
-            kafka = BrokerProcess(Path(tmp) / "data", overrides=OVERRIDES, root=root.resolve()).start()
+        pin_broker(placement)
+        try:
+            if str(root) == "tansu":
+                kafka: Any = _Tansu()
+                apis = [a if REQUESTS[a][0] in kafka.keys else "" for a in apis]
+            else:
+                kafka = BrokerProcess(Path(tmp) / "data", overrides=OVERRIDES, root=root.resolve()).start()
+        finally:
+            unpin()
+        pin_client(placement)
         try:
             create_topic(kafka, TOPIC)
             setup = RawClient(kafka.port, "request-cost")
@@ -144,6 +178,7 @@ def run_broker(root: Path, apis: list[str], seconds: float) -> list[dict[str, An
                     heartbeat.generation_id, heartbeat.member_id = generation, member
             return [measure(kafka, name, seconds) if name else {"broker_cpu_us": None} for name in apis]
         finally:
+            unpin()
             kafka.stop()
 
 
@@ -159,14 +194,16 @@ def main() -> None:
     ap.add_argument("--root", action="append", default=[],
                     help="a checkout whose broker to measure, or `tansu` (repeatable)")
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--placement", choices=PLACEMENTS, default="free",
+                    help="the broker and the client: where the scheduler puts them, on one CPU, or on two")
     args = ap.parse_args()
     roots = [Path(r) for r in args.root] or [ROOT]
     apis = args.apis.split(",")
     rounds = []
     for i in range(args.rounds):
         order = roots if i % 2 == 0 else roots[::-1]
-        rounds.append({str(root): run_broker(root, apis, args.seconds) for root in order})
-    out: dict[str, Any] = {"cpus": os.cpu_count()}
+        rounds.append({str(root): run_broker(root, apis, args.seconds, args.placement) for root in order})
+    out: dict[str, Any] = {"cpus": os.cpu_count(), "placement": args.placement}
     if len(roots) == 1 and args.rounds == 1:
         out["results"] = rounds[0][str(roots[0])]
     else:
