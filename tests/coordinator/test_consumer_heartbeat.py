@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from structlog.testing import capture_logs
 
 from broker.coordinator.group.config import GroupCoordinatorConfig
 from broker.coordinator.group.consumer import ConsumerGroup, ConsumerGroupState
@@ -136,12 +137,14 @@ def test_request_validation() -> None:
         (REQ(group_id="g", member_id="m", member_epoch=0, rebalance_timeout_ms=1, subscribed_topic_regex="(",
              topic_partitions=[]), E.INVALID_REGULAR_EXPRESSION),
     ]
-    for request, code in cases:
-        r = h.cg_heartbeat(request)
-        assert r.error_code == code, (request, r)
-        assert r.error_message
-        assert "b'" not in r.error_message  # RE2's description as text, not a bytes repr
+    with capture_logs() as logs:
+        for request, code in cases:
+            r = h.cg_heartbeat(request)
+            assert r.error_code == code, (request, r)
+            assert r.error_message
+            assert "b'" not in r.error_message  # RE2's description as text, not a bytes repr
     assert "g" not in h.shard.groups
+    assert not [e for e in logs if "joins" in e["event"]]  # a refused member never joined
     # v0 members may leave the id to the coordinator.
     r = h.cg_heartbeat(REQ(group_id="g", member_id="", member_epoch=0, rebalance_timeout_ms=1,
                         subscribed_topic_names=[], topic_partitions=[]), version=0)

@@ -204,6 +204,9 @@ class ConsumerGroupManager:
                              "members." % self.config.consumer_max_size)
         owned = None if request.topic_partitions is None else assignment_of(
             (tp.topic_id, tp.partitions) for tp in request.topic_partitions)
+        # logged only once nothing refuses the heartbeat (an invalid regex is refused further down)
+        new_member = member_id not in group.members if request.instance_id is None else (
+            joining and group.static_member(request.instance_id) is None)
         if request.instance_id is None:
             member = self._dynamic_member(group, member_id, request.member_epoch, owned, joining)
         else:
@@ -231,6 +234,9 @@ class ConsumerGroupManager:
             records.append(self.member_record(group_id, updated))
             names_changed = updated.subscribed_topic_names != member.subscribed_topic_names
         regex_update = self.maybe_update_regexes(group, member, updated, records, now)
+        if new_member:
+            log.info("member joins the consumer group", group_id=group_id, member_id=member_id,
+                     instance_id=request.instance_id)
         subscription_changed = names_changed or regex_update is not RegexUpdate.NO_CHANGE
 
         group_epoch = group.group_epoch
@@ -317,8 +323,7 @@ class ConsumerGroupManager:
             if not joining:
                 raise KafkaError(E.UNKNOWN_MEMBER_ID, "Member %s is not a member of group %s." % (member_id,
                                                                                                   group.group_id))
-            log.info("member joins the consumer group", group_id=group.group_id, member_id=member_id)
-            return ConsumerGroupMember(member_id)
+            return ConsumerGroupMember(member_id)  # its join is logged once the heartbeat is accepted
         self._validate_member_epoch(member, epoch, owned)
         return member
 
@@ -326,9 +331,7 @@ class ConsumerGroupManager:
                        owned: Assignment | None, joining: bool, records: list[Record]) -> ConsumerGroupMember:
         existing = group.static_member(instance_id)
         if joining:
-            if existing is None:
-                log.info("static member joins the consumer group", group_id=group.group_id, member_id=member_id,
-                         instance_id=instance_id)
+            if existing is None:  # its join is logged once the heartbeat is accepted
                 return group.members.get(member_id) or ConsumerGroupMember(member_id)
             if not existing.uses_classic_protocol and existing.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
                 raise KafkaError(E.UNRELEASED_INSTANCE_ID, "Static member %s with instance id %s cannot join the group "
