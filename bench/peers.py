@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from broker.healthcheck import api_versions_frame
+from broker.observability.healthcheck import api_versions_frame
 
 REPO = Path(__file__).resolve().parent.parent
 HOST = "127.0.0.1"

@@ -37,7 +37,7 @@ from protocol import messages as M  # noqa: E402
 
 
 class CountingTransport:
-    """Enough of a transport for broker.server.Connection: counts the responses written."""
+    """Enough of a transport for broker.network.server.Connection: counts the responses written."""
 
     def __init__(self) -> None:
         self.responses = 0
@@ -80,8 +80,8 @@ def frame(api_key: int, version: int, correlation_id: int, request: Any) -> byte
 async def run(names: list[str], n: int, rounds: int, profiler: Any = None) -> list[dict[str, Any]]:
     import gc
 
-    from broker.logsetup import configure
-    from broker.server import Connection
+    from broker.network.server import Connection
+    from broker.observability.log_setup import configure
     from tests.harness import start_inprocess
 
     configure("text", "INFO")  # as `python -m broker`: no per-request debug line
@@ -92,7 +92,7 @@ async def run(names: list[str], n: int, rounds: int, profiler: Any = None) -> li
             transport = CountingTransport()
             gc.collect()
             gc.freeze()  # as broker.cli.serve does once the broker has started
-            conn = Connection(broker.server)
+            conn = Connection(broker.network.server)
             conn.connection_made(transport)  # type: ignore[arg-type]
             loop = asyncio.get_running_loop()
 

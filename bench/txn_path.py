@@ -57,8 +57,8 @@ def produce_frame(pid: int, epoch: int, sequence: int, count: int) -> bytes:
 async def run(txns: int, rounds: int, split: int, profiler: Any = None) -> dict[str, Any]:
     import gc
 
-    from broker.logsetup import configure
-    from broker.server import Connection
+    from broker.network.server import Connection
+    from broker.observability.log_setup import configure
     from tests.compat.conftest import CREATE_TOPICS
     from tests.harness import start_inprocess
 
@@ -69,7 +69,7 @@ async def run(txns: int, rounds: int, split: int, profiler: Any = None) -> dict[
             transport = CountingTransport()
             gc.collect()
             gc.freeze()
-            conn = Connection(broker.server)
+            conn = Connection(broker.network.server)
             conn.connection_made(transport)  # type: ignore[arg-type]
             loop = asyncio.get_running_loop()
 

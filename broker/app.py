@@ -26,28 +26,28 @@ from broker.coordinator.txn import (
     create_transaction_coordinator,
 )
 from broker.coordinator.txn.config import CONFIG_KEYS as TXN_CONFIG_KEYS
-from broker.features import METADATA_VERSION, TRANSACTION_VERSION
-from broker.gc_pause import collector_paused
-from broker.http_endpoint import HttpEndpoint
+from broker.coordinator.txn.markers import PartitionMarkerWriter
+from broker.gc_policy import collector_paused
 from broker.log import AppendOrigin, Log, LogCleaner, LogConfig, LogManager
 from broker.log.handles import OPEN_FILES, descriptor_limit
 from broker.log.reader import iter_records
-from broker.log_dirs import LogDirMover
 from broker.metadata import RESOURCE_CLIENT_METRICS, RESOURCE_GROUP, RESOURCE_TOPIC, MetadataStore, TopicInfo
-from broker.metrics import Metrics
+from broker.metadata.features import METADATA_VERSION, TRANSACTION_VERSION
+from broker.metadata.quorum import start_new_epoch
+from broker.network.http import HttpEndpoint
+from broker.network.server import KafkaServer
+from broker.observability.metrics import Metrics
+from broker.observability.state_metrics import BrokerStateCollector
+from broker.observability.telemetry import ClientTelemetry
 from broker.partition import PartitionManager
-from broker.quorum import start_new_epoch
+from broker.partition.log_dirs import LogDirMover
 from broker.security.authorizer import Authorizer
 from broker.security.listeners import build_listeners
 from broker.security.quotas import ClientQuotas
-from broker.server import KafkaServer
-from broker.share.dlq import DeadLetterQueue, DlqSettings
+from broker.share.dlq import BrokerDlqCluster, DeadLetterQueue, DlqSettings
 from broker.share.engine import ShareSettings
 from broker.share.manager import ShareGroupSettings, SharePartitionManager
 from broker.share.metrics import ShareMetricsCollector
-from broker.share_dlq import BrokerDlqCluster
-from broker.state_metrics import BrokerStateCollector
-from broker.telemetry import ClientTelemetry
 from broker.testing.faults import Faults
 from broker.testing.interbroker import NodeClient, ProcessMarkerWriter, RemoteTxnCoordinator
 from broker.testing.process_cluster import (
@@ -59,7 +59,6 @@ from broker.testing.process_cluster import (
     follow_once,
 )
 from broker.testing.simulated import KEY_TYPE_TRANSACTION, SimulatedCluster
-from broker.txn_markers import PartitionMarkerWriter
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import build_batch
 

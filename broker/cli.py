@@ -11,7 +11,7 @@ import sys
 import structlog
 
 from broker.config import BrokerConfig, help_text
-from broker.gcpolicy import CollectorPolicy
+from broker.gc_policy import CollectorPolicy
 from broker.security.errors import SecurityConfigError
 from broker.testing.faults import Faults, parse_fault_spec
 
@@ -59,7 +59,7 @@ async def serve(config: BrokerConfig, faults: Faults | None = None) -> int:
     await broker.start()  # with the collector paused (Broker.start)
     # What start-up built lives as long as the broker: frozen out of the collector's sight, a full
     # collection no longer walks it all (about 13 ms, a stall every request waits out, against well
-    # under 1 ms); what survives later full collections is frozen too (broker/gcpolicy.py).
+    # under 1 ms); what survives later full collections is frozen too (broker/gc_policy.py).
     CollectorPolicy().install()
     loop = asyncio.get_running_loop()
     stopping: list[asyncio.Task[None]] = []
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         print("error: %s" % exc, file=sys.stderr)
         return 2
-    from broker.logsetup import configure
+    from broker.observability.log_setup import configure
 
     configure(config["log.format"], config["log.level"])
     try:

@@ -26,14 +26,19 @@ import importlib
 import os
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from protocol import primitives as P
 from protocol.errors import ProtocolError
-from protocol.schema import FieldSpec, StructSpec
+from protocol.schema import FieldSpec, MessageSpec, StructSpec
 
-if TYPE_CHECKING:
-    from protocol.codegen import MessageCodec
+
+class MessageCodec(Protocol):
+    """What the compilers read of a codec (protocol.codegen.MessageCodec, which calls them): its
+    definition and the classes generated for its structs."""
+
+    spec: MessageSpec
+    classes: dict[str, type]
 
 Decoder = Callable[[Any, Any, int], tuple[Any, int]]
 Encoder = Callable[..., list[Any]]  # (obj, head=None) -> parts

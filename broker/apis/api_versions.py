@@ -1,6 +1,6 @@
 """ApiVersions (key 18): the registered handlers and their versions, and the feature levels.
 
-v3+ also carries the features (broker.features): the ranges this broker supports and the levels
+v3+ also carries the features (broker.metadata.features): the ranges this broker supports and the levels
 the cluster has finalized, with the offset of the last metadata record as the epoch.
 """
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker import features
 from broker.apis.registry import APIS, api
+from broker.metadata import features
 from protocol.errors import ErrorCode
 from protocol.messages import ApiVersionsResponse
 

@@ -17,8 +17,8 @@ from typing import Any
 
 from broker.apis.registry import api
 from broker.metadata import RESOURCE_BROKER, RESOURCE_CLIENT_METRICS, RESOURCE_GROUP, RESOURCE_TOPIC
+from broker.observability.telemetry.manager import MATCH, METRICS, validate_subscription
 from broker.security.authz import Op, authorize_cluster
-from broker.telemetry.manager import MATCH, METRICS, validate_subscription
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages import DescribeConfigsResponse, ListConfigResourcesResponse
 

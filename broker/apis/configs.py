@@ -9,7 +9,7 @@ Topics (resource type 2) and the broker (type 4) are served the way Kafka 4.x se
   is set somewhere).
 - The broker resource is named by its node id (every config with its static or dynamic value)
   or "" (only the cluster-wide dynamic defaults). Dynamic broker configs are Kafka's
-  (broker.dynamic_broker_config); they are persisted as ConfigRecords, and the log settings
+  (broker.metadata.dynamic_config); they are persisted as ConfigRecords, and the log settings
   among them become the broker-wide defaults of every topic without an override at once.
 """
 
@@ -20,7 +20,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from broker import features
 from broker.apis.config_resources import (
     alter_client_metrics,
     client_metrics_list_type,
@@ -30,7 +29,6 @@ from broker.apis.config_resources import (
 from broker.apis.registry import api
 from broker.config import PROPS, BrokerConfig, base_property
 from broker.coordinator.group.group_config import GROUP_CONFIG_DEFS, default_value, validate_group_configs
-from broker.dynamic_broker_config import check_update, is_dynamic, listener_base_name
 from broker.log.config import TOPIC_CONFIGS, TOPIC_SYNONYMS
 from broker.metadata import (
     MIN_INSYNC_REPLICAS,
@@ -38,8 +36,10 @@ from broker.metadata import (
     RESOURCE_CLIENT_METRICS,
     RESOURCE_GROUP,
     RESOURCE_TOPIC,
+    features,
     validate_topic_name,
 )
+from broker.metadata.dynamic_config import check_update, is_dynamic, listener_base_name
 from broker.security.acl import AUTHORIZATION_MESSAGES
 from broker.security.authz import CLUSTER_NAME, Op, Res, authorize, error_for
 from protocol.errors import ErrorCode, KafkaError

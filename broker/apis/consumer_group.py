@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker import features
 from broker.apis.group import coordinator_of, release_on_next_request, request_info
 from broker.apis.registry import api
+from broker.metadata import features
 from broker.security.authz import Op, Res, authorize, authorized_operations, filter_authorized
 from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError

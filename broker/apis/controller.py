@@ -4,7 +4,7 @@ UpdateFeatures (57), ElectLeaders (43), AlterPartitionReassignments (45),
 ListPartitionReassignments (46) and DescribeQuorum (55), answered as Kafka's controller answers
 them for a cluster of one node.
 
-UpdateFeatures changes finalized feature levels (broker.features), all or nothing as
+UpdateFeatures changes finalized feature levels (broker.metadata.features), all or nothing as
 Kafka's FeatureControlManager: the first failing update is the top-level error and nothing
 changes. v0-1 list a result per feature on success; v2 has only the top-level error.
 """
@@ -14,9 +14,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from broker import features
 from broker.apis.registry import api
 from broker.apis.topics import assigned_brokers
+from broker.metadata import features
 from broker.security.authz import Op, authorize_cluster, listener_of, require_cluster
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages import (

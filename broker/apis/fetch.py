@@ -5,7 +5,7 @@ sleep loop) until enough arrived or max_wait_ms passed. Fetch sessions (KIP-227)
 by answering session id 0, so clients keep sending full requests (epoch 0 or -1); an incremental
 request (epoch > 0) is answered with FETCH_SESSION_ID_NOT_FOUND, since no session exists. Records
 are never null (librdkafka rejects that); they are the log's FileSlices, which the server sends
-from the page cache (broker/server.py) rather than copying them through the process.
+from the page cache (broker/network/server.py) rather than copying them through the process.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ class RequestContext:
     client_id: str | None
     client_host: str
     client_port: int
-    connection: Any  # broker.server.Connection
+    connection: Any  # broker.network.server.Connection
     received: float = field(default_factory=time.monotonic)
 
     def release_on_next_request(self, release: Callable[[], None]) -> None:

@@ -22,9 +22,9 @@ from typing import Any
 
 import structlog
 
-from broker import features
 from broker.apis.group import coordinator_of, release_on_next_request, request_info
 from broker.apis.registry import api
+from broker.metadata import features
 from broker.security.acl import AUTHORIZATION_MESSAGES
 from broker.security.authz import Op, Res, authorize, authorized_operations, filter_authorized
 from broker.share.engine import AckBatch, AckType

@@ -263,7 +263,7 @@ async def handle_end_txn(ctx: Any, request: Any) -> Any:
 @api(27)
 async def handle_write_txn_markers(ctx: Any, request: Any) -> Any:
     """A transaction coordinator's markers for this broker's partitions (inter-broker; our own
-    coordinator writes its markers directly, broker/txn_markers.py)."""
+    coordinator writes its markers directly, broker/coordinator/txn/markers.py)."""
     R = M.WriteTxnMarkersResponse
     broker = ctx.broker
     # brokers only: ALTER or CLUSTER_ACTION on the cluster, else every partition is refused

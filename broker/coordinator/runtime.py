@@ -46,7 +46,7 @@ from broker.coordinator.result import (
     TxnMarker,
 )
 from broker.coordinator.timer import Clock, CoordinatorTimer, Op, Timer
-from broker.gc_pause import collector_paused
+from broker.gc_policy import collector_paused
 from protocol.errors import ErrorCode, KafkaError
 
 log = structlog.get_logger("broker.coordinator")

@@ -118,7 +118,7 @@ class _Entry:
 
 @dataclass
 class ShareMetrics:
-    """Counts of what the engines did (broker/metrics.py reads them)."""
+    """Counts of what the engines did (broker/observability/metrics.py reads them)."""
 
     acquired: int = 0  # records handed out
     redelivered: int = 0  # ... of which not for the first time

@@ -1,9 +1,9 @@
-"""Share group metrics for /metrics (a collector the broker registers in broker/metrics.py's registry).
+"""Share group metrics for /metrics (a collector the broker registers in broker/observability/metrics.py's registry).
 
 Read when /metrics is scraped, on the event loop like everything they read:
 
 - (share groups by state are kafka_groups{protocol="share"}, members kafka_consumergroup_members:
-  broker/state_metrics.py)
+  broker/observability/state_metrics.py)
 - kafka_share_sessions: open share sessions;
 - kafka_share_records_*_total: records acquired, redelivered (acquired again), acknowledged
   (ACCEPT), released, rejected, whose acquisition lock expired, archived, written to a dead-letter

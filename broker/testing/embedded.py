@@ -28,7 +28,7 @@ from typing import Any, Self
 
 from broker.app import Broker
 from broker.config import BrokerConfig, parse_listener
-from broker.logsetup import configure_embedded
+from broker.observability.log_setup import configure_embedded
 from broker.testing.faults import Faults
 from protocol.errors import ErrorCode, KafkaError
 

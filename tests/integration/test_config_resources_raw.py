@@ -90,7 +90,7 @@ def test_client_metrics_resources_and_listing(tmp_path: Path) -> None:
 
 
 def test_pushed_metrics_on_the_metrics_endpoint(tmp_path: Path) -> None:
-    from broker.telemetry.otlp import GAUGE, Point, encode_metrics_data
+    from broker.observability.telemetry.otlp import GAUGE, Point, encode_metrics_data
 
     port = free_port()
     bt = BrokerThread(tmp_path, **{"metrics.port": str(port)}).start()

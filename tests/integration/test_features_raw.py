@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from broker import features
+from broker.metadata import features
 from protocol import messages as M
 from protocol.errors import ErrorCode
 from tests.harness import RawClient

@@ -1,4 +1,4 @@
-"""The broker process's garbage collector policy (broker/gcpolicy.py), run in a child process so
+"""The broker process's garbage collector policy (broker/gc_policy.py), run in a child process so
 that the test process's collector is left alone."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from tests.harness import ROOT
 
 SCRIPT = textwrap.dedent("""
     import gc, weakref
-    from broker.gcpolicy import CollectorPolicy
+    from broker.gc_policy import CollectorPolicy
 
     # a young threshold out of reach: no automatic collection interferes with the explicit ones
     policy = CollectorPolicy(young_threshold=10**9, complete_every=3)

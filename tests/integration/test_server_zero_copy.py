@@ -23,8 +23,8 @@ import structlog
 import uvloop
 from prometheus_client import generate_latest
 
-from broker import server as server_module
 from broker.apis import APIS
+from broker.network import server as server_module
 from protocol import messages as M
 from protocol.records import decode_batch, iter_batches
 from tests.harness import RawClient, wait_for

@@ -581,7 +581,7 @@ def test_share_metrics(broker: BrokerThread, client: RawClient) -> None:
     assert "kafka_share_start_offset%s 2.0" % labels in text
     assert "kafka_share_in_flight_records%s 3.0" % labels in text  # 2-4: 2 released, 3-4 acquired
     assert "kafka_share_lag%s 3.0" % labels in text
-    assert 'kafka_groups{protocol="share",state="Stable"}' in text  # broker/state_metrics.py
+    assert 'kafka_groups{protocol="share",state="Stable"}' in text  # broker/observability/state_metrics.py
     assert "kafka_share_sessions " in text
     for counter in ("acquired", "redelivered", "acknowledged", "released", "rejected", "lock_expired", "archived",
                     "dead_lettered", "dead_letter_failed"):

@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from broker.gc_pause import collector_paused
+from broker.gc_policy import collector_paused
 from broker.log import Log, create_log
 from broker.log import segment as segment_module
 from broker.log.checkpoint import LEADER_EPOCH_CHECKPOINT, read_whole

@@ -8,10 +8,10 @@ import uuid
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from broker.telemetry import ClientTelemetry
-from broker.telemetry.exporter import TelemetryCollector, prometheus_name
-from broker.telemetry.manager import ClientMetricsManager, validate_subscription
-from broker.telemetry.otlp import (
+from broker.observability.telemetry import ClientTelemetry
+from broker.observability.telemetry.exporter import TelemetryCollector, prometheus_name
+from broker.observability.telemetry.manager import ClientMetricsManager, validate_subscription
+from broker.observability.telemetry.otlp import (
     CUMULATIVE,
     DELTA,
     GAUGE,

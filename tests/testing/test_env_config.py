@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from broker.config import BrokerConfig, env_properties, env_property_name
-from broker.healthcheck import default_address, main
+from broker.observability.healthcheck import default_address, main
 from broker.testing import EmbeddedBroker
 
 # apache/kafka's image defaults (docker/resources/common-scripts/configureDefaults)

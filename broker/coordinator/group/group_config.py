@@ -7,7 +7,7 @@ a group does not set takes the broker's value (its synonym, `group.consumer.*` /
 or a fixed default). Values are validated as Kafka validates them: by type, by fixed lower bounds,
 and by the broker's min/max bounds (`group.share.min.record.lock.duration.ms`, ...); every failure
 is INVALID_CONFIG with Kafka's message. The overrides are stored in the metadata log
-(ConfigRecords of resource type 32, broker/metadata.py); `GroupConfigs` gives every group's
+(ConfigRecords of resource type 32, broker/metadata/); `GroupConfigs` gives every group's
 effective settings to the coordinator and the share-partition engines, which read them at each
 request, so a change applies to live groups at once.
 """

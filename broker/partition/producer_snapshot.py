@@ -25,7 +25,7 @@ import crc32c
 
 from broker.log.checkpoint import fsync_dir, read_whole
 from broker.log.segment import filename_prefix
-from broker.producer_state import BatchMetadata, ProducerEntry
+from broker.partition.producer_state import BatchMetadata, ProducerEntry
 
 SUFFIX = ".snapshot"
 VERSION = 1

@@ -1,4 +1,4 @@
-"""Prometheus metrics: requests and bytes per API, served on `metrics.port` when set (broker/http_endpoint.py).
+"""Prometheus metrics: requests and bytes per API, served on `metrics.port` when set (broker/network/http.py).
 
 The per-request counts are plain numbers that the event loop bumps without a lock (a
 prometheus_client Counter takes one on every `inc`); a collector reads them when /metrics is

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from broker.telemetry.otlp import DELTA, SUM, Point
+from broker.observability.telemetry.otlp import DELTA, SUM, Point
 
 CLIENT_LABELS = ("client_instance_id", "client_id", "client_software_name", "client_software_version",
                  "client_source_address", "client_source_port")

@@ -21,7 +21,7 @@ from broker.log.mover import FUTURE_DIR_SUFFIX, Copy, abandon, catch_up, copy_bu
 from broker.partition import Partition, PartitionManager
 from protocol.errors import ErrorCode, KafkaError
 
-log = structlog.get_logger("broker.log_dirs")
+log = structlog.get_logger("broker.partition.log_dirs")
 
 MAX_DIR_NAME = 255  # Kafka refuses a move whose future directory name would be longer (KAFKA-4893)
 

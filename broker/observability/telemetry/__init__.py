@@ -10,15 +10,15 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Mapping
 
-from broker.telemetry.exporter import TelemetryCollector
-from broker.telemetry.manager import (
+from broker.observability.telemetry.exporter import TelemetryCollector
+from broker.observability.telemetry.manager import (
     ACCEPTED_COMPRESSION_TYPES,
     CACHE_EXPIRY_MS,
     ClientMetricsManager,
     GetAnswer,
     kafka_uuid_string,
 )
-from broker.telemetry.otlp import OtlpError, decode_metrics_data
+from broker.observability.telemetry.otlp import OtlpError, decode_metrics_data
 from protocol.compression import decompress
 from protocol.errors import ErrorCode, KafkaError, ProtocolError
 

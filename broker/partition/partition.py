@@ -29,14 +29,14 @@ import structlog
 from broker.log import AppendOrigin, AppendResult, FetchDataInfo, Log, LogConfig, LogManager
 from broker.log.group_commit import GroupCommit
 from broker.log.txn_index import AbortedTxn
-from broker.producer_snapshot import (
+from broker.partition.producer_snapshot import (
     CorruptSnapshotError,
     delete_snapshot,
     list_snapshots,
     read_snapshot,
     write_snapshot,
 )
-from broker.producer_state import INT_MAX, ProducerStateManager
+from broker.partition.producer_state import INT_MAX, ProducerStateManager
 from protocol.errors import ErrorCode, KafkaError, ProtocolError
 from protocol.records import (
     BatchHeader,

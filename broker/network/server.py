@@ -37,7 +37,7 @@ import structlog
 from broker.apis import APIS, Api, RequestContext, error_response
 from broker.log.handles import OPEN_FILES, descriptor_limit
 from broker.log.segment import FileSlice
-from broker.metrics import ApiStats
+from broker.observability.metrics import ApiStats
 from broker.security.connection import TlsAcceptor, new_authenticator, tls_principal
 from broker.security.listeners import Listener
 from broker.security.principal import ANONYMOUS
@@ -46,7 +46,7 @@ from protocol import frames
 from protocol.errors import ErrorCode, KafkaError, ProtocolError
 from protocol.messages import DECODE_ERRORS, RESPONSES, encode_frame, encoder_of, request_decoder
 
-log = structlog.get_logger("broker.server")
+log = structlog.get_logger("broker.network.server")
 
 # Reading pauses while a connection has more than this queued (frames or bytes): reading ahead
 # of a busy worker gains nothing, and the receive buffers of frames that were handled go back to

@@ -1,4 +1,4 @@
-"""`python -m broker.healthcheck [host:port]`: exit 0 when the broker answers ApiVersions.
+"""`python -m broker.observability.healthcheck [host:port]`: exit 0 when the broker answers ApiVersions.
 
 The Docker image's HEALTHCHECK. Without an address it asks 127.0.0.1 on the port of the first
 plaintext listener of the configuration the broker itself reads from the environment (KAFKA_*

@@ -1,0 +1,203 @@
+"""The metadata image: topics, partitions, topic ids, configs, ACLs, quotas and features as the
+metadata log's records built them, and the records' framing.
+
+Every change is a KRaft metadata record (TopicRecord, PartitionRecord, ConfigRecord,
+RemoveTopicRecord, ProducerIdsRecord) framed as Kafka frames them in `__cluster_metadata`
+(unsigned varints frame version, api key, record version, then the record). `MetadataImage`
+is the state built by replay; `MetadataStore` validates a change, makes its records durable
+through the injected log and only then replays them, so what is acknowledged survives a crash.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker.metadata import features
+from protocol import messages as M
+from protocol.errors import ErrorCode, KafkaError
+from protocol.primitives import encode_uvarint, read_uvarint
+
+FRAME_VERSION = 1
+INTERNAL_TOPICS = frozenset(["__consumer_offsets", "__transaction_state", "__share_group_state"])
+MAX_TOPIC_NAME = 249
+_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
+
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+RESOURCE_CLIENT_METRICS = 16
+RESOURCE_GROUP = 32
+MIN_INSYNC_REPLICAS = "min.insync.replicas"
+PRODUCER_ID_BLOCK = 1000
+NO_LEADER_CHANGE = -2  # PartitionChangeRecord's leader when it does not change
+
+_RECORD_CLASSES = {
+    c.spec.api_key: c.root_class
+    for name, c in M.CODECS.items()
+    if c.spec.type == "metadata" and c.spec.api_key is not None
+}
+
+
+def encode_record(record: Any, version: int = 0) -> bytes:
+    codec = M.codec_of(record)
+    assert codec.spec.api_key is not None
+    head = encode_uvarint(FRAME_VERSION) + encode_uvarint(codec.spec.api_key) + encode_uvarint(version)
+    return head + M.encode(record, version)
+
+
+def decode_record(data: bytes) -> Any:
+    _frame, pos = read_uvarint(data, 0)
+    api_key, pos = read_uvarint(data, pos)
+    version, pos = read_uvarint(data, pos)
+    cls = _RECORD_CLASSES.get(api_key)
+    if cls is None:
+        return None  # a record type this broker does not use: skipped, as a newer log may hold them
+    return M.decode(cls, version, memoryview(data)[pos:])
+
+
+def validate_topic_name(name: str) -> None:
+    """Kafka's rules for topic names (INVALID_TOPIC_EXCEPTION when broken, with Kafka's messages)."""
+    reason = None
+    if not name:
+        reason = "the empty string is not allowed"
+    elif name in (".", ".."):
+        reason = "'%s' is not allowed" % name
+    elif len(name) > MAX_TOPIC_NAME:
+        reason = "the length of '%s' is longer than the max allowed length %d" % (name, MAX_TOPIC_NAME)
+    elif not _LEGAL_TOPIC.fullmatch(name):
+        reason = "'%s' contains one or more characters other than ASCII alphanumerics, '.', '_' and '-'" % name
+    if reason is not None:
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name is invalid: " + reason)
+
+
+@dataclass
+class Assignment:
+    """Where a partition lives (PartitionRecord, PartitionChangeRecord): its replicas, the
+    in-sync ones and the leader (-1: none)."""
+
+    replicas: list[int]
+    isr: list[int]
+    leader: int
+    leader_epoch: int = 0  # bumped by every change of leader
+
+
+@dataclass
+class TopicInfo:
+    name: str
+    topic_id: uuid.UUID
+    partitions: int = 0
+    configs: dict[str, str] = field(default_factory=dict)
+    assignments: dict[int, Assignment] = field(default_factory=dict)  # partition -> where it lives
+
+    @property
+    def internal(self) -> bool:
+        return self.name in INTERNAL_TOPICS
+
+
+class MetadataImage:
+    """The state replayed from metadata records; changed only by `replay`."""
+
+    def __init__(self) -> None:
+        self.topics: dict[str, TopicInfo] = {}
+        self.topics_by_id: dict[uuid.UUID, TopicInfo] = {}
+        self.broker_configs: dict[str, dict[str, str]] = {}  # resource name ("" = cluster-wide) -> configs
+        # configs of the other resource types (CLIENT_METRICS subscriptions, GROUP configs):
+        # resource type -> resource name -> configs; a resource without configs is gone, as in Kafka
+        self.resource_configs: dict[int, dict[str, dict[str, str]]] = {RESOURCE_CLIENT_METRICS: {}, RESOURCE_GROUP: {}}
+        self.features: dict[str, int] = {}  # finalized feature levels (FeatureLevelRecord); 0 is absent
+        self.next_producer_id = 0
+        self.records = 0  # records replayed: the next offset of the metadata log
+        # security (broker/security/): ACLs by id, SCRAM credentials by (user, mechanism type),
+        # client quotas by entity ((type, name or None for the default), ...); each kind's version
+        # moves with every change so that readers rebuild their indexes
+        self.acls: dict[uuid.UUID, Any] = {}  # AccessControlEntryRecord
+        self.scram: dict[tuple[str, int], Any] = {}  # UserScramCredentialRecord
+        self.client_quotas: dict[tuple[tuple[str, str | None], ...], dict[str, float]] = {}
+        self.acl_version = 0
+        self.quota_version = 0
+
+    def replay(self, record: Any) -> None:
+        self.records += 1
+        if isinstance(record, M.TopicRecord):
+            info = TopicInfo(record.name, record.topic_id)
+            self.topics[info.name] = info
+            self.topics_by_id[info.topic_id] = info
+        elif isinstance(record, M.PartitionRecord):
+            topic = self.topics_by_id.get(record.topic_id)
+            if topic is not None:
+                topic.partitions = max(topic.partitions, record.partition_id + 1)
+                topic.assignments[record.partition_id] = Assignment(list(record.replicas), list(record.isr),
+                                                                    record.leader, record.leader_epoch)
+        elif isinstance(record, M.PartitionChangeRecord):
+            topic = self.topics_by_id.get(record.topic_id)
+            assignment = topic.assignments.get(record.partition_id) if topic is not None else None
+            if assignment is not None:
+                if record.replicas is not None:
+                    assignment.replicas = list(record.replicas)
+                if record.isr is not None:
+                    assignment.isr = list(record.isr)
+                if record.leader != NO_LEADER_CHANGE:
+                    assignment.leader = record.leader
+                    assignment.leader_epoch += 1
+        elif isinstance(record, M.RemoveTopicRecord):
+            gone = self.topics_by_id.pop(record.topic_id, None)
+            if gone is not None:
+                self.topics.pop(gone.name, None)
+        elif isinstance(record, M.ConfigRecord):
+            if record.resource_type == RESOURCE_TOPIC:
+                t = self.topics.get(record.resource_name)
+                target = t.configs if t is not None else None
+            elif record.resource_type == RESOURCE_BROKER:
+                target = self.broker_configs.setdefault(record.resource_name, {})
+            elif record.resource_type in self.resource_configs:
+                target = self.resource_configs[record.resource_type].setdefault(record.resource_name, {})
+            else:
+                target = None
+            if target is not None:
+                if record.value is None:
+                    target.pop(record.name, None)
+                else:
+                    target[record.name] = record.value
+                if not target and record.resource_type in self.resource_configs:
+                    del self.resource_configs[record.resource_type][record.resource_name]
+        elif isinstance(record, M.ProducerIdsRecord):
+            self.next_producer_id = max(self.next_producer_id, record.next_producer_id)
+        elif isinstance(record, _SECURITY_RECORDS):
+            self._replay_security(record)
+        elif isinstance(record, M.FeatureLevelRecord):
+            # as Kafka: a kraft.version record is skipped (the quorum owns that level), 0 removes
+            if record.name == features.KRAFT_VERSION:
+                pass
+            elif record.feature_level == 0:
+                self.features.pop(record.name, None)
+            else:
+                self.features[record.name] = record.feature_level
+
+
+    def _replay_security(self, record: Any) -> None:
+        if isinstance(record, M.AccessControlEntryRecord):
+            self.acls[record.id] = record
+            self.acl_version += 1
+        elif isinstance(record, M.RemoveAccessControlEntryRecord):
+            self.acls.pop(record.id, None)
+            self.acl_version += 1
+        elif isinstance(record, M.UserScramCredentialRecord):
+            self.scram[(record.name, record.mechanism)] = record
+        elif isinstance(record, M.RemoveUserScramCredentialRecord):
+            self.scram.pop((record.name, record.mechanism), None)
+        else:  # ClientQuotaRecord
+            entity = tuple(sorted((e.entity_type, e.entity_name) for e in record.entity))
+            values = self.client_quotas.setdefault(entity, {})
+            if record.remove:
+                values.pop(record.key, None)
+                if not values:
+                    del self.client_quotas[entity]
+            else:
+                values[record.key] = record.value
+            self.quota_version += 1
+
+
+_SECURITY_RECORDS = (M.AccessControlEntryRecord, M.RemoveAccessControlEntryRecord, M.UserScramCredentialRecord,
+                     M.RemoveUserScramCredentialRecord, M.ClientQuotaRecord)

@@ -1,0 +1,2 @@
+"""What the broker tells its operators: Prometheus metrics per API and of its state, client
+telemetry (KIP-714), the health check of the Docker image and the structlog setup."""
