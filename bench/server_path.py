@@ -92,7 +92,7 @@ async def run(names: list[str], n: int, rounds: int, profiler: Any = None) -> li
             transport = CountingTransport()
             gc.collect()
             gc.freeze()  # as broker.cli.serve does once the broker has started
-            conn = Connection(broker.network.server)
+            conn = Connection(broker.server)
             conn.connection_made(transport)  # type: ignore[arg-type]
             loop = asyncio.get_running_loop()
 

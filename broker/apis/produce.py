@@ -84,7 +84,7 @@ async def _produce_partition(ctx: Any, partition: Any, index: int, records: Any,
     except OSError as exc:  # the disk failed the write or the fsync
         log.error("append failed", partition=repr(partition), error=str(exc))
         return _partition_error(index, ErrorCode.KAFKA_STORAGE_ERROR, str(exc))
-    broker.observability.metrics.bytes_in.inc(len(records))
+    broker.metrics.bytes_in.inc(len(records))
     return R.PartitionProduceResponse(
         index=index, error_code=0, base_offset=result.base_offset, log_append_time_ms=result.log_append_time,
         log_start_offset=result.log_start_offset,

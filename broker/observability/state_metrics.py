@@ -38,7 +38,7 @@ class BrokerStateCollector(Collector):
         yield from self._topics(broker)
         yield from self._groups(broker)
         yield from self._coordinators(broker)
-        yield GaugeMetricFamily("kafka_connections", "Open client connections", value=len(broker.network.server.connections))
+        yield GaugeMetricFamily("kafka_connections", "Open client connections", value=len(broker.server.connections))
 
     @staticmethod
     def _cluster(broker: Any) -> Iterator[Metric]:
