@@ -26,6 +26,7 @@ check: $(VENV)/.installed
 	$(VENV)/bin/ruff check protocol broker pyspark_kafka tests bench examples
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+	$(PY) tools/check_cycles.py
 
 bench: $(VENV)/.installed
 	$(PY) -m pip install --quiet -e '.[test,dev,bench]'

@@ -10,7 +10,7 @@ from structlog.testing import capture_logs
 
 from broker.coordinator.group.config import GroupCoordinatorConfig
 from broker.coordinator.group.consumer import ConsumerGroup, ConsumerGroupState
-from broker.coordinator.group.reconciliation import MemberState
+from broker.coordinator.group.member import MemberState
 from broker.coordinator.group.records import (
     CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT,
     CONSUMER_GROUP_MEMBER_METADATA,

@@ -6,8 +6,8 @@ import uuid
 
 import pytest
 
-from broker.coordinator.group.consumer import ConsumerGroupMember
-from broker.coordinator.group.reconciliation import NEXT_STATES, MemberState, assignment_of, reconcile
+from broker.coordinator.group.member import NEXT_STATES, ConsumerGroupMember, MemberState, assignment_of
+from broker.coordinator.group.reconciliation import reconcile
 from protocol.errors import ErrorCode, KafkaError
 
 S = MemberState

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from broker.coordinator.group.config import GroupCoordinatorConfig
-from broker.coordinator.group.consumer import ConsumerGroupMember
 from broker.coordinator.group.consumer_wait import carries_change
+from broker.coordinator.group.member import ConsumerGroupMember
 from broker.coordinator.group.share_wait import carries_change as share_carries_change
 from broker.coordinator.result import Deferred
 from protocol import messages as M

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from broker.coordinator.group.reconciliation import Assignment
+from broker.coordinator.group.member import Assignment
 
 UNIFORM = "uniform"
 RANGE = "range"

@@ -22,11 +22,18 @@ import struct
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from broker.coordinator.group.classic import ClassicGroup
-from broker.coordinator.group.reconciliation import EMPTY, Assignment, MemberState, assignment_of
+from broker.coordinator.group.member import (
+    EMPTY,
+    Assignment,
+    ConsumerGroupMember,
+    MemberState,
+    assignment_of,
+    partitions_by_topic,
+)
 from broker.coordinator.group.records import (
     CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT,
     CONSUMER_GROUP_MEMBER_METADATA,
@@ -37,11 +44,9 @@ from broker.coordinator.group.records import (
     CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA,
     ClassicProtocolMetadata,
     OffsetAndMetadata,
-    PartitionsByTopic,
     consumer_group_epoch_tombstone,
     consumer_group_member_tombstone,
     consumer_group_partition_metadata_tombstone,
-    current_assignment_record,
     current_assignment_tombstone,
     regular_expression_tombstone,
     target_assignment_epoch_tombstone,
@@ -139,10 +144,6 @@ def metadata_hash(topic_names: Iterable[str], metadata: TopicMetadata) -> int:
     return struct.unpack(">q", h.digest())[0]  # type: ignore[no-any-return]
 
 
-def partitions_by_topic(assignment: Assignment) -> PartitionsByTopic:
-    return [(t, sorted(ps)) for t, ps in sorted(assignment.items(), key=lambda kv: str(kv[0]))]
-
-
 # ----- members ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class PartitionCheck:
@@ -162,57 +163,12 @@ class PartitionCheck:
         return None
 
 
-@dataclass(frozen=True)
-class ConsumerGroupMember:
-    """A member; immutable: handlers build the next version with dataclasses.replace."""
+class RegexUpdate(enum.Enum):
+    """What a heartbeat did to the group's regular expressions."""
 
-    member_id: str
-    member_epoch: int = 0
-    previous_member_epoch: int = -1
-    state: MemberState = MemberState.STABLE
-    instance_id: str | None = None
-    rack_id: str | None = None
-    rebalance_timeout_ms: int = -1
-    client_id: str = ""
-    client_host: str = ""
-    subscribed_topic_names: frozenset[str] = frozenset()
-    subscribed_topic_regex: str | None = None
-    server_assignor: str | None = None
-    assigned: Assignment = field(default_factory=dict)
-    pending_revocation: Assignment = field(default_factory=dict)
-    classic: ClassicProtocolMetadata | None = None  # set for a member that joined with JoinGroup
-    # KIP-1251 (Kafka 4.3): the member epoch at which each partition it holds (assigned or pending
-    # revocation) was assigned to it; a partition missing here counts as assigned at member_epoch
-    assignment_epochs: Mapping[uuid.UUID, Mapping[int, int]] = field(default_factory=dict)
-
-    def assignment_epoch(self, topic_id: uuid.UUID, partition: int) -> int | None:
-        """The epoch the member was given the partition at, None if it does not hold it."""
-        if partition not in self.assigned.get(topic_id, ()) and partition not in self.pending_revocation.get(
-                topic_id, ()):
-            return None
-        return self.assignment_epochs.get(topic_id, {}).get(partition, self.member_epoch)
-
-    @property
-    def uses_classic_protocol(self) -> bool:
-        return self.classic is not None
-
-    def is_reconciled_to(self, target_epoch: int) -> bool:
-        return self.state is MemberState.STABLE and self.member_epoch == target_epoch
-
-    def same_metadata(self, other: ConsumerGroupMember) -> bool:
-        """Whether the fields a ConsumerGroupMemberMetadata record holds are equal."""
-        return (self.instance_id, self.rack_id, self.client_id, self.client_host, self.subscribed_topic_names,
-                self.subscribed_topic_regex, self.rebalance_timeout_ms, self.server_assignor, self.classic) == (
-                other.instance_id, other.rack_id, other.client_id, other.client_host, other.subscribed_topic_names,
-                other.subscribed_topic_regex, other.rebalance_timeout_ms, other.server_assignor, other.classic)
-
-    def current_assignment_record(self, group_id: str) -> Record:
-        return current_assignment_record(
-            group_id, self.member_id, member_epoch=self.member_epoch, previous_member_epoch=self.previous_member_epoch,
-            state=int(self.state), assigned=partitions_by_topic(self.assigned),
-            pending_revocation=partitions_by_topic(self.pending_revocation),
-            epoch_of=lambda t, p: self.assignment_epochs.get(t, {}).get(p, self.member_epoch),
-        )
+    NO_CHANGE = 0
+    UPDATED = 1
+    UPDATED_AND_RESOLVED = 2
 
 
 @dataclass(frozen=True)

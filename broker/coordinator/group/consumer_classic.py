@@ -21,14 +21,23 @@ import base64
 import dataclasses
 import struct
 import uuid
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
 
 import structlog
 
 from broker.coordinator.group.classic import ClassicGroup, ClassicMember, GroupState
-from broker.coordinator.group.consumer import ConsumerGroup, ConsumerGroupMember, metadata_hash
-from broker.coordinator.group.membership import RequestInfo, heartbeat_key, join_key, sync_key
-from broker.coordinator.group.reconciliation import EMPTY, Assignment, MemberState, assignment_of
+from broker.coordinator.group.config import GroupCoordinatorConfig
+from broker.coordinator.group.consumer import ConsumerGroup, RegexUpdate, TopicMetadata, metadata_hash
+from broker.coordinator.group.consumer_wait import HeldHeartbeats
+from broker.coordinator.group.member import EMPTY, Assignment, ConsumerGroupMember, MemberState, assignment_of
+from broker.coordinator.group.membership import (
+    ClassicGroupManager,
+    RequestInfo,
+    heartbeat_key,
+    join_key,
+    sync_key,
+)
 from broker.coordinator.group.records import (
     ClassicProtocolMetadata,
     consumer_group_epoch_record,
@@ -39,14 +48,52 @@ from broker.coordinator.group.records import (
 )
 from broker.coordinator.group.subscription import CONSUMER_PROTOCOL_TYPE
 from broker.coordinator.result import CoordinatorResult, Deferred, Record
+from broker.coordinator.timer import Timer
 from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError, ProtocolError
 
-if TYPE_CHECKING:
-    from broker.coordinator.group.consumer_heartbeat import ConsumerGroupManager
-    from broker.coordinator.group.membership import ClassicGroupManager
-
 log = structlog.get_logger("broker.coordinator.group")
+
+
+class ConsumerGroupManager(Protocol):
+    """What classic members of a consumer group need of the consumer-group manager
+    (consumer_heartbeat.py, which owns them): its groups, timers and held heartbeats, and the
+    steps a heartbeat takes, which a JoinGroup/SyncGroup of a classic member takes alike."""
+
+    groups: dict[str, Any]
+    config: GroupCoordinatorConfig
+    metadata: TopicMetadata
+    timer: Timer
+    waits: HeldHeartbeats
+
+    def member_record(self, group_id: str, m: ConsumerGroupMember) -> Record: ...
+
+    def maybe_update_regexes(self, group: ConsumerGroup, member: ConsumerGroupMember,
+                             updated: ConsumerGroupMember, records: list[Record], now: int) -> RegexUpdate: ...
+
+    def members_after(self, group: ConsumerGroup, updated: ConsumerGroupMember) -> dict[str, ConsumerGroupMember]: ...
+
+    def update_metadata(self, group: ConsumerGroup, members: Iterable[ConsumerGroupMember], bump: bool,
+                        records: list[Record]) -> int: ...
+
+    def may_assign(self, group: ConsumerGroup, now: int) -> bool: ...
+
+    def update_target_assignment(self, group: ConsumerGroup, epoch: int, members: Mapping[str, ConsumerGroupMember],
+                                 records: list[Record], now: int) -> dict[str, Assignment]: ...
+
+    def maybe_reconcile(self, group: ConsumerGroup, member: ConsumerGroupMember, target_epoch: int,
+                        target: Assignment, subscription_changed: bool, owned: Assignment | None,
+                        records: list[Record]) -> ConsumerGroupMember: ...
+
+    def schedule_session_timeout(self, group_id: str, member_id: str, timeout_ms: int | None = None) -> None: ...
+
+    def replace_member(self, records: list[Record], group: ConsumerGroup, old: ConsumerGroupMember,
+                       new: ConsumerGroupMember) -> None: ...
+
+    def fence_members(self, group: ConsumerGroup, members: list[ConsumerGroupMember], response: Any,
+                      now: int) -> CoordinatorResult[Any]: ...
+
+    def cancel_group_timers(self, group: ConsumerGroup) -> None: ...
 
 E = ErrorCode
 Result = CoordinatorResult[Any]

@@ -18,7 +18,6 @@ Timer keys: "session-timeout-<group>-<member>" (fences a member that stops heart
 from __future__ import annotations
 
 import dataclasses
-import enum
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -32,25 +31,26 @@ from broker.coordinator.group.consumer import (
     LEAVE_GROUP_MEMBER_EPOCH,
     LEAVE_GROUP_STATIC_MEMBER_EPOCH,
     ConsumerGroup,
-    ConsumerGroupMember,
+    RegexUpdate,
     ResolvedRegex,
     TopicMetadata,
     is_regex,
     metadata_hash,
-    partitions_by_topic,
     replay_consumer_group_record,
 )
 from broker.coordinator.group.consumer_classic import ClassicMembers, new_member_id
 from broker.coordinator.group.consumer_wait import HeldHeartbeats, carries_change
-from broker.coordinator.group.membership import RequestInfo
-from broker.coordinator.group.reconciliation import (
+from broker.coordinator.group.member import (
     EMPTY,
     Assignment,
+    ConsumerGroupMember,
     MemberState,
     assignment_of,
     is_subset,
-    reconcile,
+    partitions_by_topic,
 )
+from broker.coordinator.group.membership import RequestInfo
+from broker.coordinator.group.reconciliation import reconcile
 from broker.coordinator.group.records import (
     consumer_group_epoch_record,
     consumer_group_member_record,
@@ -99,12 +99,6 @@ def assignment_key(group_id: str) -> str:
 
 def initial_assignment_key(group_id: str) -> str:
     return "initial-assignment-%s" % group_id
-
-
-class RegexUpdate(enum.Enum):
-    NO_CHANGE = 0
-    UPDATED = 1
-    UPDATED_AND_RESOLVED = 2
 
 
 def _invalid(message: str) -> KafkaError:

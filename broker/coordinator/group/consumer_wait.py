@@ -42,19 +42,17 @@ Timer keys: "unreleased-wait-<group>-<member>" (the deadline), "unreleased-wake-
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from broker.coordinator.group.consumer import ConsumerGroupMember
+from broker.coordinator.group.consumer import ConsumerGroup
 from broker.coordinator.group.held import HeldBook
+from broker.coordinator.group.member import Assignment, ConsumerGroupMember, MemberState, assignment_of, union
 from broker.coordinator.group.membership import RequestInfo
-from broker.coordinator.group.reconciliation import Assignment, MemberState, assignment_of, union
 from broker.coordinator.group.records import CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT, parse_record
 from broker.coordinator.result import CoordinatorResult, Deferred, Record
+from broker.coordinator.timer import Timer
 from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
-
-if TYPE_CHECKING:
-    from broker.coordinator.group.consumer_heartbeat import ConsumerGroupManager
 
 REQ = M.ConsumerGroupHeartbeatRequest
 Result = CoordinatorResult[Any]
@@ -107,6 +105,19 @@ class Waiting:
     deferred: Deferred[Any]
     assigned: Assignment  # what the client was told it owns, before this heartbeat
     with_assignment: bool  # its response carries the assignment in any case (a join, a full request)
+
+
+class ConsumerGroupManager(Protocol):
+    """What a held heartbeat needs of the consumer-group manager (consumer_heartbeat.py), which
+    owns the book: its timer, its groups, and the heartbeat handler that looks at it again."""
+
+    timer: Timer
+
+    def consumer_group(self, group_id: str) -> ConsumerGroup | None: ...
+
+    def assignment_pending(self, group_id: str) -> bool: ...
+
+    def heartbeat(self, request: Any, info: RequestInfo, now: int, may_wait: bool = True) -> Result: ...
 
 
 class HeldHeartbeats(HeldBook[Waiting]):

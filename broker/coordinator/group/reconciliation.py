@@ -16,72 +16,20 @@ nothing changes). The states and their legal moves are data (`MemberState`, `NEX
 from __future__ import annotations
 
 import dataclasses
-import enum
 import uuid
-from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
+from broker.coordinator.group.member import (
+    EMPTY,
+    NEXT_STATES,
+    Assignment,
+    ConsumerGroupMember,
+    MemberState,
+    union,
+)
 from protocol.errors import ErrorCode, KafkaError
 
-if TYPE_CHECKING:
-    from broker.coordinator.group.consumer import ConsumerGroupMember
-
-Assignment = Mapping[uuid.UUID, frozenset[int]]
-"""Partitions by topic id; a topic with no partition is left out."""
-
-EMPTY: Assignment = {}
-
-
-class MemberState(enum.IntEnum):
-    """Kafka's MemberState, with its int8 value in ConsumerGroupCurrentMemberAssignment records."""
-
-    STABLE = 0
-    UNREVOKED_PARTITIONS = 1
-    UNRELEASED_PARTITIONS = 2
-    UNKNOWN = 127
-
-    @classmethod
-    def from_value(cls, value: int) -> MemberState:
-        try:
-            return cls(value)
-        except ValueError:
-            return cls.UNKNOWN  # a state written by a newer coordinator
-
-
 M = MemberState
-
-# The states reconciliation may move a member to, from each state. UNKNOWN is only ever read
-# from a record; such a member is fenced unless it owns nothing, and then starts afresh.
-NEXT_STATES: dict[MemberState, frozenset[MemberState]] = {
-    M.STABLE: frozenset([M.STABLE, M.UNREVOKED_PARTITIONS, M.UNRELEASED_PARTITIONS]),
-    M.UNREVOKED_PARTITIONS: frozenset([M.STABLE, M.UNREVOKED_PARTITIONS, M.UNRELEASED_PARTITIONS]),
-    M.UNRELEASED_PARTITIONS: frozenset([M.STABLE, M.UNREVOKED_PARTITIONS, M.UNRELEASED_PARTITIONS]),
-    M.UNKNOWN: frozenset([M.STABLE, M.UNRELEASED_PARTITIONS]),
-}
-
-
-# ----- assignments -----------------------------------------------------------------------
-def assignment_of(pairs: Iterable[tuple[uuid.UUID, Iterable[int]]]) -> dict[uuid.UUID, frozenset[int]]:
-    """An Assignment from (topic id, partitions) pairs; repeated topics are merged."""
-    out: dict[uuid.UUID, set[int]] = {}
-    for topic_id, partitions in pairs:
-        out.setdefault(topic_id, set()).update(partitions)
-    return {t: frozenset(ps) for t, ps in out.items() if ps}
-
-
-def union(a: Assignment, b: Assignment) -> dict[uuid.UUID, frozenset[int]]:
-    return assignment_of([*a.items(), *b.items()])
-
-
-def partitions_count(a: Assignment) -> int:
-    return sum(len(ps) for ps in a.values())
-
-
-def is_subset(owned: Assignment | None, target: Assignment) -> bool:
-    """Whether the member owns only partitions of `target` (None: it did not say)."""
-    if owned is None:
-        return True
-    return all(ps <= target.get(t, frozenset()) for t, ps in owned.items())
 
 
 def _owns_any(owned: Assignment | None, partitions: Assignment) -> bool:

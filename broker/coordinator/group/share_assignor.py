@@ -13,7 +13,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 
-from broker.coordinator.group.reconciliation import Assignment
+from broker.coordinator.group.member import Assignment
 
 TP = tuple[uuid.UUID, int]
 

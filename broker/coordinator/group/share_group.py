@@ -18,8 +18,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker.coordinator.group.consumer import TopicMetadata, partitions_by_topic
-from broker.coordinator.group.reconciliation import EMPTY, Assignment, MemberState, assignment_of
+from broker.coordinator.group.consumer import TopicMetadata
+from broker.coordinator.group.member import EMPTY, Assignment, MemberState, assignment_of, partitions_by_topic
 from broker.coordinator.group.records import (
     SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT,
     SHARE_GROUP_MEMBER_METADATA,

@@ -23,9 +23,9 @@ from typing import Any
 import structlog
 
 from broker.coordinator.group.config import GroupCoordinatorConfig
-from broker.coordinator.group.consumer import TopicMetadata, metadata_hash, partitions_by_topic
+from broker.coordinator.group.consumer import TopicMetadata, metadata_hash
+from broker.coordinator.group.member import EMPTY, Assignment, MemberState, partitions_by_topic
 from broker.coordinator.group.membership import RequestInfo
-from broker.coordinator.group.reconciliation import EMPTY, Assignment, MemberState
 from broker.coordinator.group.share_assignor import assign
 from broker.coordinator.group.share_group import (
     LEAVE_GROUP_MEMBER_EPOCH,

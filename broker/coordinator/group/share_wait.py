@@ -23,18 +23,17 @@ after the group changed).
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from broker.coordinator.group.consumer_wait import QUICK_INTERVAL_MS, hold_cap
 from broker.coordinator.group.held import HeldBook
+from broker.coordinator.group.member import Assignment
 from broker.coordinator.group.membership import RequestInfo
-from broker.coordinator.group.reconciliation import Assignment
+from broker.coordinator.group.share_group import ShareGroup
 from broker.coordinator.result import CoordinatorResult, Deferred
+from broker.coordinator.timer import Timer
 from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
-
-if TYPE_CHECKING:
-    from broker.coordinator.group.share_heartbeat import ShareGroupManager
 
 HB = M.ShareGroupHeartbeatResponse
 REQ = M.ShareGroupHeartbeatRequest
@@ -60,6 +59,19 @@ class Waiting:
     info: RequestInfo
     deferred: Deferred[Any]
     assigned: Assignment  # what the member was last told it has
+
+
+class ShareGroupManager(Protocol):
+    """What a held share heartbeat needs of the share-group manager (share_heartbeat.py), which
+    owns the book: its timer, its groups, their session settings and the heartbeat handler."""
+
+    timer: Timer
+
+    def share_group(self, group_id: str) -> ShareGroup | None: ...
+
+    def session_settings(self, group_id: str) -> tuple[int, int]: ...
+
+    def heartbeat(self, request: Any, info: RequestInfo, now: int, may_wait: bool = True) -> Result: ...
 
 
 class HeldShareHeartbeats(HeldBook[Waiting]):
