@@ -2,7 +2,9 @@
 
 Configuration comes from a Java-style properties file and `--override key=value` options; every
 property has Kafka's name and, unless noted, Kafka's default. `BrokerConfig` exposes typed values
-and `describe()` gives what DescribeConfigs reports (value, source, default flag).
+(DescribeConfigs reports them, broker/apis/configs.py). The user's reference,
+docs/configuration.md, is generated from these definitions (`markdown()`, by area), so it cannot
+drift from them.
 """
 
 from __future__ import annotations
@@ -211,6 +213,8 @@ _PROPS: list[Prop] = [
          "Port of the HTTP endpoint with Prometheus /metrics and /faults (fault injection); -1 disables it (not in "
          "Kafka)."),
     Prop("metrics.host", "string", "127.0.0.1", "Address the /metrics and /faults endpoint binds to (not in Kafka)."),
+    Prop("log.format", "string", "console", "console (key=value) or json log lines (not in Kafka)."),
+    Prop("log.level", "string", "INFO", "DEBUG logs every request (not in Kafka)."),
     Prop("simulated.brokers", "int", 1,
          "Answer as a cluster of this many brokers (ids node.id and up, node k on each listener's port + k): "
          "replicas, leaders and coordinators spread over them, nothing replicated (not in Kafka)."),
@@ -220,11 +224,26 @@ _PROPS: list[Prop] = [
          "not in Kafka)."),
     Prop("simulated.controller.log.dir", "string", "",
          "The controller process's log directory, whose metadata log the other processes follow (not in Kafka)."),
-    Prop("log.format", "string", "console", "console (key=value) or json log lines (not in Kafka)."),
-    Prop("log.level", "string", "INFO", "DEBUG logs every request (not in Kafka)."),
 ]
 
 PROPS: dict[str, Prop] = {p.name: p for p in _PROPS}
+
+# The areas of the configuration reference (docs/configuration.md): each starts at its property in
+# _PROPS and runs to the next area's first property, so a property added inside an area joins it.
+AREAS: tuple[tuple[str, str], ...] = (
+    ("listeners", "Network and identity"),
+    ("listener.security.protocol.map", "Listeners and TLS"),
+    ("sasl.jaas.config", "SASL"),
+    ("principal.builder.class", "Principals, ACLs and quotas"),
+    ("log.dirs", "Logs and topics"),
+    ("offsets.topic.num.partitions", "Committed offsets and classic groups"),
+    ("group.consumer.assignors", "Consumer groups (KIP-848)"),
+    ("group.share.heartbeat.interval.ms", "Share groups (KIP-932)"),
+    ("transaction.state.log.num.partitions", "Transactions and producer state"),
+    ("telemetry.max.bytes", "Client telemetry (KIP-714)"),
+    ("metrics.port", "Metrics, fault injection and logs"),
+    ("simulated.brokers", "Simulated cluster"),
+)
 
 
 def base_property(name: str) -> Prop | None:
@@ -456,6 +475,82 @@ class BrokerConfig:
 def help_text() -> str:
     lines = ["Configuration properties (set in the properties file or with --override key=value):", ""]
     for p in _PROPS:
-        default = "null" if p.default is None else (",".join(p.default) if isinstance(p.default, list) else p.default)
-        lines.append("  %-44s %s (default: %s)" % (p.name, p.doc, default))
+        lines.append("  %-44s %s (default: %s)" % (p.name, p.doc, default_text(p)))
     return "\n".join(lines)
+
+
+def areas() -> list[tuple[str, list[Prop]]]:
+    """The properties by area (AREAS), in the order of their definitions."""
+    starts = dict(AREAS)
+    missing = [name for name in starts if name not in PROPS]
+    if missing or _PROPS[0].name not in starts:
+        raise ValueError("AREAS must start at defined properties, the first at %s: %s" % (_PROPS[0].name, missing))
+    out: list[tuple[str, list[Prop]]] = []
+    for prop in _PROPS:
+        if prop.name in starts:
+            out.append((starts[prop.name], []))
+        out[-1][1].append(prop)
+    return out
+
+
+def default_text(prop: Prop) -> str:
+    """A default as a properties file spells it (Java's booleans, lists comma-separated)."""
+    value = prop.default
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return ",".join(value)
+    return str(value) if value != "" else '""'
+
+
+def _cell(text: str, code: bool = False) -> str:
+    """Table cell text: `|` would end the cell; outside a code span `<...>` would be read as an HTML tag."""
+    text = text.replace("|", "\\|")
+    return ("`%s`" % text) if code else text.replace("<", "&lt;").replace(">", "&gt;")
+
+
+MARKDOWN_INTRO = """\
+# Configuration reference
+
+Every property the broker reads, with its type, default and meaning, by area. The names and
+defaults are Kafka's; a description that says "not in Kafka" marks this broker's own. Set them in
+a `server.properties` file, with `KAFKA_*` environment variables (`KAFKA_LOG_RETENTION_MS` is
+`log.retention.ms`, see [docker.md](docker.md)) or with `--override key=value`; each wins over the
+one before. `python -m broker --help` prints the same list.
+
+Every `ssl.*`, `sasl.*` and `connections.*` property may also be set for one listener as
+`listener.name.<listener>.<property>` (a JAAS entry per mechanism:
+`listener.name.<listener>.<mechanism>.sasl.jaas.config`); see [security.md](security.md).
+Topic configs (`retention.ms`, `cleanup.policy`, ...) take their defaults from the `log.*`
+properties named in their descriptions.
+
+This page is generated from `broker/config.py`; do not edit it. After changing a property:
+`python -m broker.config --markdown > docs/configuration.md` (tests/docs/test_docs.py checks it).
+"""
+
+
+def markdown() -> str:
+    """docs/configuration.md: the properties by area as Markdown tables."""
+    sections = areas()
+    lines = [MARKDOWN_INTRO]
+    lines += ["- [%s](#%s)" % (title, _anchor(title)) for title, _ in sections]
+    for title, props in sections:
+        lines += ["", "## " + title, "", "| property | type | default | description |", "|---|---|---|---|"]
+        lines += ["| `%s` | %s | %s | %s |" % (p.name, p.type, _cell(default_text(p), code=True), _cell(p.doc))
+                  for p in props]
+    return "\n".join(lines) + "\n"
+
+
+def _anchor(title: str) -> str:
+    """GitHub's heading anchor: lower case, punctuation dropped, spaces made hyphens."""
+    return re.sub(r"[^a-z0-9 _-]", "", title.lower()).replace(" ", "-")
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] != ["--markdown"]:
+        sys.exit("usage: python -m broker.config --markdown > docs/configuration.md")
+    sys.stdout.write(markdown())
