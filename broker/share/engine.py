@@ -528,6 +528,45 @@ class SharePartition:
         st.start(new, st.delivery_count)
         t.add(first, last, st, batch)
 
+    def unacquire(self, member_id: str, acquired: Sequence[AcquiredRecords]) -> int:
+        """Undo an acquisition whose records were never sent (a ShareFetch answered empty because
+        of a client quota): they are AVAILABLE again as before, delivery not counted. Nothing is
+        persisted, as nothing was for the acquisition. Returns the number of records."""
+        n = 0
+        for a in acquired:
+            floor = self._floor(a.first_offset)
+            start = floor.first if floor is not None and floor.last >= a.first_offset else a.first_offset
+            for batch in self._between(start, a.last_offset):
+                if batch.offsets is None:
+                    whole = batch.whole
+                    assert whole is not None
+                    if not self._held_by(whole, member_id):
+                        continue
+                    if a.first_offset <= batch.first and batch.last <= a.last_offset:
+                        self._unlock(whole)
+                        n += batch.size
+                        continue
+                    batch.split()
+                assert batch.offsets is not None
+                for offset in range(max(batch.first, a.first_offset), min(batch.last, a.last_offset) + 1):
+                    st = batch.offsets[offset]
+                    if self._held_by(st, member_id):
+                        self._unlock(st)
+                        n += 1
+        if n:
+            self._find_next = True
+        return n
+
+    @staticmethod
+    def _held_by(st: InFlightState, member_id: str) -> bool:
+        return st.state is S.ACQUIRED and st.member_id == member_id and st.pending is None
+
+    @staticmethod
+    def _unlock(st: InFlightState) -> None:
+        st.move(S.AVAILABLE)
+        st.delivery_count = max(0, st.delivery_count - 1)
+        st.member_id, st.deadline = NO_MEMBER, None
+
     # ----- release and expiry -------------------------------------------------------------
     def release_member(self, member_id: str, now: int) -> Transition:
         """The member's share session ended: its acquired records are AVAILABLE again, their

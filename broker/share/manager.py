@@ -357,6 +357,22 @@ class SharePartitionManager:
             return got, records.sub(positions[first], end)
         return got, bytes(records[positions[first]:end])
 
+    def return_unsent(self, group_id: str, member_id: str, results: dict[TopicIdPartition, PartitionResult]) -> None:
+        """The records `fetch` acquired will not be sent (the response is throttled): AVAILABLE
+        again at once, not counted as delivered, and fetches waiting for records are woken."""
+        for tp, result in results.items():
+            if not result.acquired:
+                continue
+            entry = self.entries.get((group_id, tp[0], tp[1]))  # type: ignore[arg-type]
+            if entry is None:
+                continue
+            n = entry.engine.unacquire(member_id, result.acquired)
+            self.metrics.acquired -= n
+            self.metrics.redelivered -= sum(a.last_offset - a.first_offset + 1 for a in result.acquired
+                                            if a.delivery_count > 1)
+            if n:
+                self._wake(entry)
+
     def _drop_aborted(self, member_id: str, entry: _Entry, got: list[AcquiredRecords], headers: list[Any]
                       ) -> list[AcquiredRecords]:
         """read_committed: the acquired records of aborted transactions are archived at once (in

@@ -204,6 +204,23 @@ def test_a_closed_session_releases_without_counting_the_delivery() -> None:
     assert fetch(sp, "m3", 4) == [A(0, 4, 1)]
 
 
+def test_an_unsent_acquisition_is_undone() -> None:
+    """A ShareFetch answered empty for a client quota: its records are AVAILABLE again at once,
+    with the delivery counts they had; nothing to persist, another member's records untouched."""
+    sp = partition()
+    assert fetch(sp, "m1", 4, size=5) == [A(0, 4, 1)]
+    assert fetch(sp, "m2", 9) == [A(5, 9, 1)]
+    assert sp.unacquire("m1", [A(0, 4, 1), A(5, 9, 1)]) == 5  # 5-9 are m2's
+    assert states(sp, 0, 6) == [(S.AVAILABLE, 0)] * 5 + [(S.ACQUIRED, 1)] * 2
+    assert fetch(sp, "m3", 4, size=5) == [A(0, 4, 1)]
+    ack(sp, "m3", 0, 1, AckType.RELEASE)  # delivered once, released: the next delivery is the 2nd
+    got = fetch(sp, "m1", 1)
+    assert got == [A(0, 1, 2)]
+    assert sp.unacquire("m1", [A(0, 0, 2)]) == 1  # part of what was acquired
+    assert states(sp, 0, 1) == [(S.AVAILABLE, 1), (S.ACQUIRED, 2)]
+    assert fetch(sp, "m2", 0) == [A(0, 0, 2)]
+
+
 def test_loading_persisted_state_restores_done_and_redelivers_the_rest() -> None:
     sp = SharePartition(ShareSettings())
     sp.load(10, 1, [StateBatch(10, 12, S.ACKNOWLEDGED, 1), StateBatch(15, 16, S.AVAILABLE, 2),

@@ -1,8 +1,9 @@
 """The share-partition engine against a simple reference model: one record state per offset.
 
-Random acquisitions (batch_optimized and record_limit), acknowledgements (valid and invalid, of
-every type), releases, lock expiries on a manual clock, and persists that fail; after every step
-the engine's per-offset states, SPSO and next fetch offset must equal the model's.
+Random acquisitions (batch_optimized and record_limit, some undone as a throttled fetch's),
+acknowledgements (valid and invalid, of every type), releases, lock expiries on a manual clock,
+and persists that fail; after every step the engine's per-offset states, SPSO and next fetch
+offset must equal the model's.
 """
 
 from __future__ import annotations
@@ -137,6 +138,11 @@ def run_scenario(seed: int, steps: int = 400) -> None:
                     assert a.delivery_count == r.dc
             if record_limit and result:
                 assert len(seen) <= max_records
+            if result and rng.random() < 0.15:  # the response was throttled: never sent, undone
+                assert sp.unacquire(member, result) == len(seen)
+                for o in seen:
+                    r = model.recs[o]
+                    r.state, r.dc, r.member, r.deadline = S.AVAILABLE, r.dc - 1, "", None
             # records read but not acquired exist in the log and are available from the model's view
             if result:
                 for o in range(model.spso(), max(seen) + 1):
