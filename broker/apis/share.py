@@ -7,7 +7,9 @@ sessions. As Kafka's KafkaApis: a request's acknowledgements are validated per p
 batches get INVALID_REQUEST, unknown topic ids UNKNOWN_TOPIC_ID) and applied before its fetch; the
 response of a ShareFetch that opens a session lists every partition, later ones only those with
 records or errors; Records is never null (librdkafka rejects that). A request at epoch -1 closes
-the session once answered, releasing the member's acquired records.
+the session once answered, releasing the member's acquired records. A consumer_byte_rate quota
+bounds a ShareFetch's MaxBytes and counts its records as Fetch's: over it, the response carries
+only the acknowledgements, with throttle_time_ms, and what it acquired is available again.
 
 As KafkaApis' isShareGroupProtocolEnabled: every share API answers UNSUPPORTED_VERSION while the
 finalized share.version is 0.
@@ -27,6 +29,7 @@ from broker.apis.registry import api
 from broker.metadata import features
 from broker.security.acl import AUTHORIZATION_MESSAGES
 from broker.security.authz import Op, Res, authorize, authorized_operations, filter_authorized
+from broker.security.quotas import throttle
 from broker.share.engine import AckBatch, AckType
 from broker.share.manager import PartitionResult, SharePartitionManager
 from broker.share.session import FINAL_EPOCH, INITIAL_EPOCH, TopicIdPartition
@@ -231,6 +234,7 @@ async def handle_share_fetch(ctx: Any, request: Any) -> Any:
     if mode not in (0, RECORD_LIMIT):
         return failed(E.INVALID_REQUEST, "Unknown share acquire mode %d." % mode)
     metadata = ctx.broker.metadata
+    quota = _fetch_quota(ctx)
     wanted: list[TopicIdPartition] = []
     for t in request.topics:
         for p in t.partitions:
@@ -264,11 +268,18 @@ async def handle_share_fetch(ctx: Any, request: Any) -> Any:
             else:
                 valid.append(tp)
         if valid:
+            max_bytes, min_bytes = _quota_bounded(ctx, quota, request.max_bytes, request.min_bytes)
             fetch_results.update(await manager.fetch(
-                group_id, member_id, valid, request.max_wait_ms, request.min_bytes, request.max_bytes,
+                group_id, member_id, valid, request.max_wait_ms, min_bytes, max_bytes,
                 request.max_records, max(request.batch_size, 1), mode == RECORD_LIMIT))
 
-    full = epoch == INITIAL_EPOCH
+    throttle_ms = _record_fetched(ctx, quota, fetch_results)
+    if throttle_ms:
+        # over consumer_byte_rate: answered empty (but for the acknowledgements), as Kafka's
+        # throttleResponse; what was acquired for it stays acquired until its lock runs out and
+        # its delivery counts, as in Kafka
+        fetch_results = {}
+    full = epoch == INITIAL_EPOCH and not throttle_ms
     order = list(dict.fromkeys([*(session.partitions if session is not None and full else ()),
                                 *fetch_results, *ack_results]))
     by_topic: dict[uuid.UUID, Any] = {}
@@ -288,8 +299,40 @@ async def handle_share_fetch(ctx: Any, request: Any) -> Any:
                                                 delivery_count=a.delivery_count) for a in result.acquired]))
     if epoch == FINAL_EPOCH:
         manager.close_session(group_id, member_id)
-    return F(error_code=E.NONE, acquisition_lock_timeout_ms=lock_ms, responses=list(by_topic.values()),
-             node_endpoints=[])
+    response = F(error_code=E.NONE, acquisition_lock_timeout_ms=lock_ms, responses=list(by_topic.values()),
+                 node_endpoints=[])
+    throttle(ctx, response, throttle_ms)
+    return response
+
+
+def _fetch_quota(ctx: Any) -> Any:
+    """The member's consumer_byte_rate quota, if it has one (ShareFetch is counted as Fetch is)."""
+    quotas = getattr(ctx.broker, "quotas", None)
+    if quotas is None or not quotas.active:
+        return None
+    return quotas.fetch_quota(ctx)
+
+
+def _quota_bounded(ctx: Any, quota: Any, max_bytes: int, min_bytes: int) -> tuple[int, int]:
+    """MaxBytes no larger than the quota allows in a window (more would be throttled for sure:
+    KafkaApis bounds it by maxValueInQuotaWindow), MinBytes no larger than MaxBytes."""
+    if quota is None:
+        return max_bytes, min_bytes
+    max_bytes = min(max_bytes, int(min(ctx.broker.quotas.fetch.max_value_in_window(quota), 2**31 - 1)))
+    return max_bytes, min(min_bytes, max_bytes)
+
+
+def _record_fetched(ctx: Any, quota: Any, results: dict[TopicIdPartition, PartitionResult]) -> int:
+    """Count the fetched bytes against the quota; over it, the throttle time (their count taken
+    back, as the response will not carry them)."""
+    if quota is None:
+        return 0
+    manager = ctx.broker.quotas.fetch
+    size = sum(len(r.records) for r in results.values())
+    throttle_ms = int(manager.record(quota, size))
+    if throttle_ms > 0:
+        manager.unrecord(quota, size)
+    return throttle_ms
 
 
 # ----- ShareAcknowledge --------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """Share group offset admin APIs (KIP-932): DescribeShareGroupOffsets (90), AlterShareGroupOffsets
 (91) and DeleteShareGroupOffsets (92).
 
-As Kafka's KafkaApis and GroupCoordinatorService: the group coordinator validates the group (an
-existing share group with no members for 91/92) and keeps which share-partitions are initialized;
+As Kafka's KafkaApis and GroupCoordinatorService: the group coordinator validates the group (a
+share group with no members; 91 creates one that does not exist yet, as Kafka 4.2, 92 needs it to
+exist) and keeps which share-partitions are initialized;
 the share coordinator holds their state. Describe reads each share-partition's start offset and
 (v1) its lag = log end - start offset - records already delivered above the start offset, -1 while
 unknown (from the share-partition in memory when loaded: the persisted start offset trails by one

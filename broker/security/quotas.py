@@ -14,8 +14,8 @@ A rate is measured as Kafka's Rate over `quota.window.num` samples of
 n-1 whole windows. A request that takes the rate over the bound is answered with throttle_time_ms
 = (rate - bound) / bound x window, and its connection takes no further request for that time
 (KIP-219: the broker mutes the channel after the response). A produce's bytes are counted after
-it is appended; a fetch over its quota is answered empty (its bytes uncounted) and its max_bytes
-is bounded by what the quota allows in a window; request time is the CPU time the event loop
+it is appended; a fetch (Fetch or ShareFetch) over its quota is answered empty (its bytes
+uncounted) and its max_bytes is bounded by what the quota allows in a window; request time is the CPU time the event loop
 spent in the handler, bounded to one window of throttling.
 
 With no quota configured `active` is False and nothing is measured: the request path pays one

@@ -138,9 +138,10 @@ class Share:
             R.AlterShareGroupOffsetsRequestTopic(topic_name=t, partitions=ps) for t, ps in by_topic.items()])
         return self.client.call(ALTER_OFFSETS, 0, request)
 
-    def delete_offsets(self, topics: list[str]) -> Any:
+    def delete_offsets(self, topics: list[str], group: str | None = None) -> Any:
         R = M.DeleteShareGroupOffsetsRequest
-        request = R(group_id=self.group, topics=[R.DeleteShareGroupOffsetsRequestTopic(topic_name=t) for t in topics])
+        request = R(group_id=self.group if group is None else group,
+                    topics=[R.DeleteShareGroupOffsetsRequestTopic(topic_name=t) for t in topics])
         return self.client.call(DELETE_OFFSETS, 0, request)
 
 
@@ -497,7 +498,7 @@ def test_share_group_offsets(broker: BrokerThread, client: RawClient) -> None:
     # a group with members cannot be altered or have its offsets deleted
     assert s.alter_offsets({(s.topic, 0): 2}).error_code == E.NON_EMPTY_GROUP
     assert s.delete_offsets([s.topic]).error_code == E.NON_EMPTY_GROUP
-    unknown = s.alter_offsets({(s.topic, 0): 2}, group="no-such-group")
+    unknown = s.delete_offsets([s.topic], group="no-such-group")
     assert (unknown.error_code, unknown.error_message) == (E.GROUP_ID_NOT_FOUND, "Group no-such-group not found.")
     s.fetch(-1)
     s.leave()
@@ -524,6 +525,26 @@ def test_share_group_offsets(broker: BrokerThread, client: RawClient) -> None:
     again = s.delete_offsets([s.topic])
     assert [(t.error_code, t.error_message) for t in again.responses] == [
         (E.UNKNOWN_TOPIC_OR_PARTITION, "There is no offset information to delete.")]
+
+
+def test_altering_the_offsets_of_a_new_group_creates_it(broker: BrokerThread, client: RawClient) -> None:
+    """Kafka 4.2 (KAFKA-19662): an operator positions a share group before its first member."""
+    s = Share(broker, client, records=10)
+    altered = s.alter_offsets({(s.topic, 0): 6})
+    assert [(p.partition_index, p.error_code) for t in altered.responses for p in t.partitions] == [(0, 0)]
+    listed = client.call(16, 5, M.ListGroupsRequest(states_filter=[], types_filter=["share"])).groups
+    assert [(g.group_id, g.group_state, g.group_type) for g in listed if g.group_id == s.group] == [
+        (s.group, "Empty", "share")]
+    described = client.call(SHARE_DESCRIBE, 1, M.ShareGroupDescribeRequest(
+        group_ids=[s.group], include_authorized_operations=False)).groups[0]
+    assert (described.error_code, described.group_state, described.group_epoch) == (0, "Empty", 0)
+    assert offsets_of(s.describe_offsets()) == {(s.topic, 0): (6, 4)}
+    s.join()  # share.auto.offset.reset is earliest, but the altered start offset is where it begins
+    assert acquired(s.fetch(0, [0])) == [(6, 9, 1)]
+    again = s.alter_offsets({(s.topic, 0): 0})
+    assert (again.error_code, again.error_message) == (E.NON_EMPTY_GROUP, "The group is not empty.")
+    s.fetch(-1)
+    s.leave()
 
 
 def test_delete_groups_deletes_the_share_state(broker: BrokerThread, client: RawClient) -> None:

@@ -2,14 +2,19 @@
 AlterShareGroupOffsets (91), DeleteShareGroupOffsets (92) and the share-partitions
 DescribeShareGroupOffsets (90) lists when no topics are named.
 
-As Kafka's GroupMetadataManager / GroupCoordinatorShard: both changes need an existing share group
-with no members (GROUP_ID_NOT_FOUND "Group <id> not found." / "... is not a share group.",
-NON_EMPTY_GROUP). Altering records the named partitions as initialized and asks the share
-coordinator (the caller does that) to initialize their state at the new start offsets under the
-group epoch as state epoch. Deleting moves the group's initialized topics named in the request to
-"deleting" (a topic already there is retried over all its partitions); once the share coordinator
-has deleted their state, `complete_delete` drops them from "deleting". Unknown topics and
-partitions are answered UNKNOWN_TOPIC_OR_PARTITION.
+As Kafka's GroupMetadataManager / GroupCoordinatorShard: both changes need a share group with no
+members (NON_EMPTY_GROUP "The group is not empty."; a group of another type is GROUP_ID_NOT_FOUND
+"Group <id> is not a share group."). Deleting needs the group to exist ("Group <id> not found.");
+altering creates it when it does not exist yet (Kafka 4.2, KAFKA-19662: an operator positions a
+group before its first member starts), at group epoch 0, through the share-partition metadata
+record it writes as soon as one named topic exists.
+
+Altering records the named partitions as initialized and asks the share coordinator (the caller
+does that) to initialize their state at the new start offsets under the group epoch as state
+epoch. Deleting moves the group's initialized topics named in the request to "deleting" (a topic
+already there is retried over all its partitions); once the share coordinator has deleted their
+state, `complete_delete` drops them from "deleting". Unknown topics and partitions are answered
+UNKNOWN_TOPIC_OR_PARTITION.
 
 Pure functions over the group and the cluster's topics; they return the records to write.
 """
@@ -42,6 +47,13 @@ def share_group_or_raise(groups: dict[str, Any], group_id: str) -> ShareGroup:
     return group
 
 
+def _share_group_or_new(groups: dict[str, Any], group_id: str) -> ShareGroup:
+    """The share group, or a new one (not in `groups`: replaying its records makes it)."""
+    if group_id not in groups:
+        return ShareGroup(group_id)
+    return share_group_or_raise(groups, group_id)
+
+
 def _validate_empty(group: ShareGroup) -> None:
     if not group.is_empty():
         raise KafkaError(E.NON_EMPTY_GROUP, "The group is not empty.")
@@ -56,9 +68,10 @@ class AlterResult:
 
 def alter_offsets(groups: dict[str, Any], group_id: str, request: Any, metadata: TopicMetadata
                   ) -> tuple[list[Record], AlterResult]:
-    group = share_group_or_raise(groups, group_id)
+    group = _share_group_or_new(groups, group_id)
     _validate_empty(group)
     topics = []
+    named = False  # a named topic exists: the metadata record is written (and creates a new group)
     added: TopicPartitions = {}
     result = AlterResult(AR(), group.group_epoch)
     for t in request.topics:
@@ -71,6 +84,7 @@ def alter_offsets(groups: dict[str, Any], group_id: str, request: Any, metadata:
                     error_message=UNKNOWN_TOPIC_MESSAGE))
             topics.append(AR.AlterShareGroupOffsetsResponseTopic(topic_name=t.topic_name, partitions=partitions))
             continue
+        named = True
         valid: set[int] = set()
         for p in t.partitions:
             if 0 <= p.partition_index < info.partitions:
@@ -88,7 +102,7 @@ def alter_offsets(groups: dict[str, Any], group_id: str, request: Any, metadata:
                                                              partitions=partitions))
     result.response.responses = topics
     records: list[Record] = []
-    if added:
+    if named:
         deleting = {t: n for t, n in group.deleting.items() if t not in added}
         records.append(state_partition_metadata_record(group_id, group.initializing, {**group.initialized, **added},
                                                        deleting))
