@@ -290,8 +290,9 @@ class ControllerElection:
         while True:
             try:
                 await self._round()
-            except (EtcdUnavailable, EtcdCompacted) as e:
-                log.debug("election: etcd unavailable", error=str(e))
+            except (EtcdUnavailable, EtcdCompacted, LeaseNotFound) as e:
+                # etcd away, history compacted, or our lease gone before the session noticed
+                log.debug("election: retrying", error=str(e))
                 await asyncio.sleep(RETRY_DELAY_S)
 
     async def _round(self) -> None:
@@ -323,25 +324,24 @@ class ControllerElection:
 
     async def _follow(self, revision: int, lost: asyncio.Event) -> None:
         """Wait until the controller key is deleted (or replaced) or this node's lease is lost."""
-        watch = resumable_watch(self.etcd, self.keys.controller, None, revision + 1)
+        watcher = asyncio.ensure_future(self._watch_until_gone(revision))
         lost_wait = asyncio.ensure_future(lost.wait())
         try:
-            while True:
-                next_batch = asyncio.ensure_future(anext(watch))
-                done, _ = await asyncio.wait({next_batch, lost_wait}, return_when=asyncio.FIRST_COMPLETED)
-                if lost_wait in done:
-                    next_batch.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration, EtcdCompacted):
-                        await next_batch
-                    await self._set(self.controller, None)
-                    return
-                batch = next_batch.result()
-                for event in batch.events:
-                    if event.type is EventType.DELETE:
-                        await self._set(None, None)
-                        return
-                    info = json.loads(event.kv.value)
-                    await self._set(ControllerInfo(int(info["node_id"]), int(info["epoch"])), None)
+            done, _ = await asyncio.wait({watcher, lost_wait}, return_when=asyncio.FIRST_COMPLETED)
+            if watcher in done:
+                watcher.result()  # EtcdCompacted: read the key again
+            else:
+                await self._set(self.controller, None)
         finally:
-            lost_wait.cancel()
-            await watch.aclose()
+            for task in (watcher, lost_wait):
+                task.cancel()
+            await asyncio.gather(watcher, lost_wait, return_exceptions=True)
+
+    async def _watch_until_gone(self, revision: int) -> None:
+        async for batch in resumable_watch(self.etcd, self.keys.controller, None, revision + 1):
+            for event in batch.events:
+                if event.type is EventType.DELETE:
+                    await self._set(None, None)
+                    return
+                info = json.loads(event.kv.value)
+                await self._set(ControllerInfo(int(info["node_id"]), int(info["epoch"])), None)

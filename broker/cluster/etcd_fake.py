@@ -74,8 +74,9 @@ def _in_range(key: bytes, start: bytes, end: bytes | None) -> bool:
 class FakeEtcd:
     endpoint_description = "fake"
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic, min_lease_ttl: int = MIN_LEASE_TTL) -> None:
         self.clock = clock
+        self.min_lease_ttl = min_lease_ttl
         self.available = True
         self.revision = 1  # etcd starts at 1
         self.compacted = 0
@@ -252,7 +253,7 @@ class FakeEtcd:
 
     async def grant_lease(self, ttl_seconds: int) -> int:
         self._check()
-        ttl = max(ttl_seconds, MIN_LEASE_TTL)
+        ttl = max(ttl_seconds, self.min_lease_ttl)
         lease_id = next(self._lease_ids)
         self._leases[lease_id] = _Lease(ttl, self.clock() + ttl)
         return lease_id

@@ -102,6 +102,16 @@ def _error_of(status: int, payload: bytes, where: str) -> EtcdError:
     return EtcdError(text)
 
 
+def _describe(e: BaseException) -> str:
+    if isinstance(e, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(e, TimeoutError):
+        return "no answer in time"
+    if isinstance(e, asyncio.IncompleteReadError):
+        return "connection closed mid-answer"
+    return str(e) or type(e).__name__
+
+
 class _Connection:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str, index: int) -> None:
         self.reader, self.writer, self.host, self.index = reader, writer, host, index
@@ -202,7 +212,7 @@ class HttpEtcd:
                 try:
                     conn = await self._open(index)
                 except (TimeoutError, OSError) as e:
-                    reasons.append("%s: %s" % (url, e or type(e).__name__))
+                    reasons.append("%s: %s" % (url, _describe(e)))
                     self._failed(index)
                     continue  # nothing was sent: the next endpoint may take it
             try:
@@ -216,11 +226,11 @@ class HttpEtcd:
                 except (TimeoutError, OSError, asyncio.IncompleteReadError, _StaleConnection) as e:
                     conn.close()
                     self._failed(index)
-                    raise EtcdUnavailable("etcd at %s did not answer %s: %s" % (url, path, e or type(e).__name__)) from e
+                    raise EtcdUnavailable("etcd at %s did not answer %s: %s" % (url, path, _describe(e))) from e
             except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError) as e:
                 conn.close()
                 self._failed(index)
-                raise EtcdUnavailable("etcd at %s did not answer %s: %s" % (url, path, e or type(e).__name__)) from e
+                raise EtcdUnavailable("etcd at %s did not answer %s: %s" % (url, path, _describe(e))) from e
             if status != 200:
                 error = _error_of(status, payload, url)
                 if isinstance(error, EtcdUnavailable):
@@ -330,7 +340,7 @@ class HttpEtcd:
             conn = await self._open(index)
         except (TimeoutError, OSError) as e:
             self._failed(index)
-            raise EtcdUnavailable("etcd at %s is unreachable for a watch: %s" % (url, e or type(e).__name__)) from e
+            raise EtcdUnavailable("etcd at %s is unreachable for a watch: %s" % (url, _describe(e))) from e
         self._watch_connections.add(conn)
         try:
             conn.send("/v3/watch", data, b"Grpc-Metadata-hasleader: true\r\n")
@@ -350,7 +360,7 @@ class HttpEtcd:
                             yield self._watch_message(json.loads(line), url)
             except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError) as e:
                 self._failed(index)
-                raise EtcdUnavailable("etcd at %s: watch broken: %s" % (url, e or type(e).__name__)) from e
+                raise EtcdUnavailable("etcd at %s: watch broken: %s" % (url, _describe(e))) from e
         finally:
             self._watch_connections.discard(conn)
             conn.close()
