@@ -89,7 +89,9 @@ def _op_body(op: TxnOp) -> dict[str, Any]:
 def _error_of(status: int, payload: bytes, where: str) -> EtcdError:
     try:
         obj = json.loads(payload.split(b"\n", 1)[0])
-        code, message = int(obj.get("code", 2)), str(obj.get("message") or obj.get("error") or "")
+        # unary answers say "code", errors inside a stream (watch, keep-alive) "grpc_code"
+        code = int(obj.get("code", obj.get("grpc_code", 2)))
+        message = str(obj.get("message") or obj.get("error") or "")
     except (ValueError, AttributeError):
         code, message = 2, payload[:200].decode("utf-8", "replace")
     text = "etcd at %s: %s (HTTP %d, code %d)" % (where, message, status, code)
@@ -352,6 +354,8 @@ class HttpEtcd:
                 while True:
                     chunk = await self._read_watch_chunk(conn, index)
                     if chunk is None:
+                        if pending.strip():  # a last message without its newline: the gateway's error
+                            yield self._watch_message(json.loads(pending), url)
                         raise EtcdUnavailable("etcd at %s ended the watch" % url)
                     pending += chunk
                     while b"\n" in pending:

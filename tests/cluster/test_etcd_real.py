@@ -208,3 +208,23 @@ async def test_three_members_losing_the_one_a_client_talks_to(etcd_cluster: Etcd
         await election.stop()
         await session.close()
         await client.close()
+
+
+async def test_a_watch_on_a_member_cut_off_from_the_majority_ends(etcd_cluster: EtcdCluster) -> None:
+    """With `hasleader`, a member that lost the raft leader cancels its watches instead of leaving
+    them silent, so a node's watch moves to a member of the majority."""
+    alone = etcd_cluster.members[0]
+    client = HttpEtcd([alone.client_url], timeout=1.0, watch_idle_timeout=30.0)  # the probe stays out of it
+    watch = client.watch(b"k")
+    assert (await anext(watch)).events == []
+    for m in etcd_cluster.members[1:]:
+        m.pause()
+    try:
+        with pytest.raises(EtcdUnavailable, match="no leader"):
+            async with asyncio.timeout(15):
+                async for _ in watch:
+                    pass
+    finally:
+        for m in etcd_cluster.members[1:]:
+            m.resume()
+        await client.close()
