@@ -143,23 +143,27 @@ async def test_an_observer_does_not_campaign() -> None:
 
 
 def read_line(proc: subprocess.Popen[bytes], prefix: str, timeout: float) -> str:
-    """The first line of the child's output that starts with `prefix` (its log lines go there too)."""
+    """The first line of the child's output that starts with `prefix` (its log lines go there too).
+    The pipe must be unbuffered: a buffered reader may hold the line that select() waits for."""
     assert proc.stdout is not None
     deadline = time.monotonic() + timeout
+    lines: list[str] = []
     while True:
         ready, _, _ = select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
-        assert ready, "the holder printed no %r within %.0f s" % (prefix, timeout)
+        assert ready, "the holder printed no %r within %.0f s; it printed: %s" % (prefix, timeout, lines)
         line = proc.stdout.readline().decode()
-        assert line, "the holder exited"
+        assert line, "the holder exited (%s); it printed: %s" % (proc.poll(), lines)
         if line.startswith(prefix):
             return line.strip()
+        lines.append(line)
 
 
 @pytest.mark.parametrize("ttl_ms", [1000, 3000])
 async def test_failover_after_kill_9_of_the_controller_process(etcd_member: EtcdMember, ttl_ms: int) -> None:
     etcd = HttpEtcd([etcd_member.client_url])
     holder = subprocess.Popen([sys.executable, "-m", "tests.cluster.holder", etcd_member.client_url, "c1", "1",
-                               str(ttl_ms)], cwd=ROOT, stdout=subprocess.PIPE)
+                               str(ttl_ms)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              bufsize=0)  # unbuffered: select() sees every line not yet read
     try:
         assert read_line(holder, "controller", 20) == "controller 1"
         (standby,) = await nodes(etcd, [2], ttl_ms)

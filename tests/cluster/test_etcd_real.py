@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from broker.cluster.election import ControllerElection, Session, campaign
+from broker.cluster.election import ControllerElection, Session, campaign, claim_node_id
 from broker.cluster.etcd import (
     Compare,
     EtcdCompacted,
@@ -23,7 +23,7 @@ from broker.cluster.etcd import (
     resumable_watch,
 )
 from broker.cluster.etcd_http import HttpEtcd
-from broker.cluster.keys import ClusterKeys
+from broker.cluster.keys import ClusterKeys, NotController
 from broker.cluster.metadata_log import Batch, MetadataLog, StaleEndOffset
 from broker.testing.etcd import EtcdCluster, EtcdMember, free_port
 
@@ -228,3 +228,42 @@ async def test_a_watch_on_a_member_cut_off_from_the_majority_ends(etcd_cluster: 
         for m in etcd_cluster.members[1:]:
             m.resume()
         await client.close()
+
+
+async def test_a_controller_outlasting_its_lease_without_etcd_steps_down_and_recovers(
+        etcd_member: EtcdMember, etcd: HttpEtcd) -> None:
+    """etcd gone for longer than the lease: the controller stops acting as such by its own clock;
+    when etcd returns the node takes a new lease, claims its id again and is elected anew (a new
+    epoch: the old term's writes stay fenced)."""
+    session = Session(etcd, 1000)
+    await session.start()
+    claims: list[int] = []
+
+    async def reclaim(lease: int) -> None:
+        await claim_node_id(etcd, KEYS, 1, "dir-1", lease)
+        claims.append(lease)
+
+    await reclaim(session.lease)
+    session.on_renew.append(reclaim)
+    election = ControllerElection(etcd, KEYS, 1, session)
+    election.start()
+    log = MetadataLog(etcd, KEYS)
+    try:
+        await election.wait_for(lambda e: e.leadership is not None, 10)
+        first = election.leadership
+        assert first is not None
+        end = await log.append(first, [b"one"], 0)
+        etcd_member.kill()
+        await election.wait_for(lambda e: e.leadership is None, 5)  # by its own clock, etcd still away
+        assert session.lost.is_set()
+        etcd_member.start()
+        await election.wait_for(lambda e: e.leadership is not None, 15)
+        second = election.leadership
+        assert second is not None and second.epoch == first.epoch + 1
+        assert len(claims) == 2 and claims[-1] == session.lease
+        with pytest.raises(NotController):
+            await log.append(first, [b"stale"], end)
+        assert await log.append(second, [b"two"], end) == 2
+    finally:
+        await election.stop()
+        await session.close()
