@@ -90,6 +90,20 @@ class AddPartitionsToTxnResponse(MessageBase):
     def __init__(self, throttle_time_ms: int = ..., error_code: int = ..., results_by_transaction: list[AddPartitionsToTxnResponse.AddPartitionsToTxnResult] = ..., results_by_topic_v3_and_below: list[AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult] = ...) -> None: ...
 
 
+class AllocateProducerIdsRequest(MessageBase):
+    broker_id: int
+    broker_epoch: int
+    def __init__(self, broker_id: int = ..., broker_epoch: int = ...) -> None: ...
+
+
+class AllocateProducerIdsResponse(MessageBase):
+    throttle_time_ms: int
+    error_code: int
+    producer_id_start: int
+    producer_id_len: int
+    def __init__(self, throttle_time_ms: int = ..., error_code: int = ..., producer_id_start: int = ..., producer_id_len: int = ...) -> None: ...
+
+
 class AlterClientQuotasRequest(MessageBase):
     class EntryData(MessageBase):
         entity: list[AlterClientQuotasRequest.EntityData]
@@ -182,6 +196,49 @@ class AlterPartitionReassignmentsResponse(MessageBase):
     error_message: str | None
     responses: list[AlterPartitionReassignmentsResponse.ReassignableTopicResponse]
     def __init__(self, throttle_time_ms: int = ..., allow_replication_factor_change: bool = ..., error_code: int = ..., error_message: str | None = ..., responses: list[AlterPartitionReassignmentsResponse.ReassignableTopicResponse] = ...) -> None: ...
+
+
+class AlterPartitionRequest(MessageBase):
+    class TopicData(MessageBase):
+        topic_id: uuid.UUID
+        partitions: list[AlterPartitionRequest.PartitionData]
+        def __init__(self, topic_id: uuid.UUID = ..., partitions: list[AlterPartitionRequest.PartitionData] = ...) -> None: ...
+    class PartitionData(MessageBase):
+        partition_index: int
+        leader_epoch: int
+        new_isr: list[int]
+        new_isr_with_epochs: list[AlterPartitionRequest.BrokerState]
+        leader_recovery_state: int
+        partition_epoch: int
+        def __init__(self, partition_index: int = ..., leader_epoch: int = ..., new_isr: list[int] = ..., new_isr_with_epochs: list[AlterPartitionRequest.BrokerState] = ..., leader_recovery_state: int = ..., partition_epoch: int = ...) -> None: ...
+    class BrokerState(MessageBase):
+        broker_id: int
+        broker_epoch: int
+        def __init__(self, broker_id: int = ..., broker_epoch: int = ...) -> None: ...
+    broker_id: int
+    broker_epoch: int
+    topics: list[AlterPartitionRequest.TopicData]
+    def __init__(self, broker_id: int = ..., broker_epoch: int = ..., topics: list[AlterPartitionRequest.TopicData] = ...) -> None: ...
+
+
+class AlterPartitionResponse(MessageBase):
+    class TopicData(MessageBase):
+        topic_id: uuid.UUID
+        partitions: list[AlterPartitionResponse.PartitionData]
+        def __init__(self, topic_id: uuid.UUID = ..., partitions: list[AlterPartitionResponse.PartitionData] = ...) -> None: ...
+    class PartitionData(MessageBase):
+        partition_index: int
+        error_code: int
+        leader_id: int
+        leader_epoch: int
+        isr: list[int]
+        leader_recovery_state: int
+        partition_epoch: int
+        def __init__(self, partition_index: int = ..., error_code: int = ..., leader_id: int = ..., leader_epoch: int = ..., isr: list[int] = ..., leader_recovery_state: int = ..., partition_epoch: int = ...) -> None: ...
+    throttle_time_ms: int
+    error_code: int
+    topics: list[AlterPartitionResponse.TopicData]
+    def __init__(self, throttle_time_ms: int = ..., error_code: int = ..., topics: list[AlterPartitionResponse.TopicData] = ...) -> None: ...
 
 
 class AlterReplicaLogDirsRequest(MessageBase):
@@ -301,6 +358,56 @@ class ApiVersionsResponse(MessageBase):
     finalized_features: list[ApiVersionsResponse.FinalizedFeatureKey]
     zk_migration_ready: bool
     def __init__(self, error_code: int = ..., api_keys: list[ApiVersionsResponse.ApiVersion] = ..., throttle_time_ms: int = ..., supported_features: list[ApiVersionsResponse.SupportedFeatureKey] = ..., finalized_features_epoch: int = ..., finalized_features: list[ApiVersionsResponse.FinalizedFeatureKey] = ..., zk_migration_ready: bool = ...) -> None: ...
+
+
+class BrokerHeartbeatRequest(MessageBase):
+    broker_id: int
+    broker_epoch: int
+    current_metadata_offset: int
+    want_fence: bool
+    want_shut_down: bool
+    offline_log_dirs: list[uuid.UUID]
+    def __init__(self, broker_id: int = ..., broker_epoch: int = ..., current_metadata_offset: int = ..., want_fence: bool = ..., want_shut_down: bool = ..., offline_log_dirs: list[uuid.UUID] = ...) -> None: ...
+
+
+class BrokerHeartbeatResponse(MessageBase):
+    throttle_time_ms: int
+    error_code: int
+    is_caught_up: bool
+    is_fenced: bool
+    should_shut_down: bool
+    def __init__(self, throttle_time_ms: int = ..., error_code: int = ..., is_caught_up: bool = ..., is_fenced: bool = ..., should_shut_down: bool = ...) -> None: ...
+
+
+class BrokerRegistrationRequest(MessageBase):
+    class Listener(MessageBase):
+        name: str
+        host: str
+        port: int
+        security_protocol: int
+        def __init__(self, name: str = ..., host: str = ..., port: int = ..., security_protocol: int = ...) -> None: ...
+    class Feature(MessageBase):
+        name: str
+        min_supported_version: int
+        max_supported_version: int
+        def __init__(self, name: str = ..., min_supported_version: int = ..., max_supported_version: int = ...) -> None: ...
+    broker_id: int
+    cluster_id: str
+    incarnation_id: uuid.UUID
+    listeners: list[BrokerRegistrationRequest.Listener]
+    features: list[BrokerRegistrationRequest.Feature]
+    rack: str | None
+    is_migrating_zk_broker: bool
+    log_dirs: list[uuid.UUID]
+    previous_broker_epoch: int
+    def __init__(self, broker_id: int = ..., cluster_id: str = ..., incarnation_id: uuid.UUID = ..., listeners: list[BrokerRegistrationRequest.Listener] = ..., features: list[BrokerRegistrationRequest.Feature] = ..., rack: str | None = ..., is_migrating_zk_broker: bool = ..., log_dirs: list[uuid.UUID] = ..., previous_broker_epoch: int = ...) -> None: ...
+
+
+class BrokerRegistrationResponse(MessageBase):
+    throttle_time_ms: int
+    error_code: int
+    broker_epoch: int
+    def __init__(self, throttle_time_ms: int = ..., error_code: int = ..., broker_epoch: int = ...) -> None: ...
 
 
 class ClientQuotaRecord(MessageBase):
@@ -614,6 +721,13 @@ class CreateTopicsResponse(MessageBase):
     def __init__(self, throttle_time_ms: int = ..., topics: list[CreateTopicsResponse.CreatableTopicResult] = ...) -> None: ...
 
 
+class DefaultPrincipalData(MessageBase):
+    type: str
+    name: str
+    token_authenticated: bool
+    def __init__(self, type: str = ..., name: str = ..., token_authenticated: bool = ...) -> None: ...
+
+
 class DeleteAclsRequest(MessageBase):
     class DeleteAclsFilter(MessageBase):
         resource_type_filter: int
@@ -715,6 +829,33 @@ class DeleteShareGroupOffsetsResponse(MessageBase):
     error_message: str | None
     responses: list[DeleteShareGroupOffsetsResponse.DeleteShareGroupOffsetsResponseTopic]
     def __init__(self, throttle_time_ms: int = ..., error_code: int = ..., error_message: str | None = ..., responses: list[DeleteShareGroupOffsetsResponse.DeleteShareGroupOffsetsResponseTopic] = ...) -> None: ...
+
+
+class DeleteShareGroupStateRequest(MessageBase):
+    class DeleteStateData(MessageBase):
+        topic_id: uuid.UUID
+        partitions: list[DeleteShareGroupStateRequest.PartitionData]
+        def __init__(self, topic_id: uuid.UUID = ..., partitions: list[DeleteShareGroupStateRequest.PartitionData] = ...) -> None: ...
+    class PartitionData(MessageBase):
+        partition: int
+        def __init__(self, partition: int = ...) -> None: ...
+    group_id: str
+    topics: list[DeleteShareGroupStateRequest.DeleteStateData]
+    def __init__(self, group_id: str = ..., topics: list[DeleteShareGroupStateRequest.DeleteStateData] = ...) -> None: ...
+
+
+class DeleteShareGroupStateResponse(MessageBase):
+    class DeleteStateResult(MessageBase):
+        topic_id: uuid.UUID
+        partitions: list[DeleteShareGroupStateResponse.PartitionResult]
+        def __init__(self, topic_id: uuid.UUID = ..., partitions: list[DeleteShareGroupStateResponse.PartitionResult] = ...) -> None: ...
+    class PartitionResult(MessageBase):
+        partition: int
+        error_code: int
+        error_message: str | None
+        def __init__(self, partition: int = ..., error_code: int = ..., error_message: str | None = ...) -> None: ...
+    results: list[DeleteShareGroupStateResponse.DeleteStateResult]
+    def __init__(self, results: list[DeleteShareGroupStateResponse.DeleteStateResult] = ...) -> None: ...
 
 
 class DeleteTopicsRequest(MessageBase):
@@ -1190,6 +1331,19 @@ class EndTxnResponse(MessageBase):
     def __init__(self, throttle_time_ms: int = ..., error_code: int = ..., producer_id: int = ..., producer_epoch: int = ...) -> None: ...
 
 
+class EnvelopeRequest(MessageBase):
+    request_data: bytes
+    request_principal: bytes | None
+    client_host_address: bytes
+    def __init__(self, request_data: bytes = ..., request_principal: bytes | None = ..., client_host_address: bytes = ...) -> None: ...
+
+
+class EnvelopeResponse(MessageBase):
+    response_data: bytes | None
+    error_code: int
+    def __init__(self, response_data: bytes | None = ..., error_code: int = ...) -> None: ...
+
+
 class FeatureLevelRecord(MessageBase):
     name: str
     feature_level: int
@@ -1414,6 +1568,35 @@ class InitProducerIdResponse(MessageBase):
     ongoing_txn_producer_id: int
     ongoing_txn_producer_epoch: int
     def __init__(self, throttle_time_ms: int = ..., error_code: int = ..., producer_id: int = ..., producer_epoch: int = ..., ongoing_txn_producer_id: int = ..., ongoing_txn_producer_epoch: int = ...) -> None: ...
+
+
+class InitializeShareGroupStateRequest(MessageBase):
+    class InitializeStateData(MessageBase):
+        topic_id: uuid.UUID
+        partitions: list[InitializeShareGroupStateRequest.PartitionData]
+        def __init__(self, topic_id: uuid.UUID = ..., partitions: list[InitializeShareGroupStateRequest.PartitionData] = ...) -> None: ...
+    class PartitionData(MessageBase):
+        partition: int
+        state_epoch: int
+        start_offset: int
+        def __init__(self, partition: int = ..., state_epoch: int = ..., start_offset: int = ...) -> None: ...
+    group_id: str
+    topics: list[InitializeShareGroupStateRequest.InitializeStateData]
+    def __init__(self, group_id: str = ..., topics: list[InitializeShareGroupStateRequest.InitializeStateData] = ...) -> None: ...
+
+
+class InitializeShareGroupStateResponse(MessageBase):
+    class InitializeStateResult(MessageBase):
+        topic_id: uuid.UUID
+        partitions: list[InitializeShareGroupStateResponse.PartitionResult]
+        def __init__(self, topic_id: uuid.UUID = ..., partitions: list[InitializeShareGroupStateResponse.PartitionResult] = ...) -> None: ...
+    class PartitionResult(MessageBase):
+        partition: int
+        error_code: int
+        error_message: str | None
+        def __init__(self, partition: int = ..., error_code: int = ..., error_message: str | None = ...) -> None: ...
+    results: list[InitializeShareGroupStateResponse.InitializeStateResult]
+    def __init__(self, results: list[InitializeShareGroupStateResponse.InitializeStateResult] = ...) -> None: ...
 
 
 class JoinGroupRequest(MessageBase):
@@ -1930,6 +2113,75 @@ class PushTelemetryResponse(MessageBase):
     def __init__(self, throttle_time_ms: int = ..., error_code: int = ...) -> None: ...
 
 
+class ReadShareGroupStateRequest(MessageBase):
+    class ReadStateData(MessageBase):
+        topic_id: uuid.UUID
+        partitions: list[ReadShareGroupStateRequest.PartitionData]
+        def __init__(self, topic_id: uuid.UUID = ..., partitions: list[ReadShareGroupStateRequest.PartitionData] = ...) -> None: ...
+    class PartitionData(MessageBase):
+        partition: int
+        leader_epoch: int
+        def __init__(self, partition: int = ..., leader_epoch: int = ...) -> None: ...
+    group_id: str
+    topics: list[ReadShareGroupStateRequest.ReadStateData]
+    def __init__(self, group_id: str = ..., topics: list[ReadShareGroupStateRequest.ReadStateData] = ...) -> None: ...
+
+
+class ReadShareGroupStateResponse(MessageBase):
+    class ReadStateResult(MessageBase):
+        topic_id: uuid.UUID
+        partitions: list[ReadShareGroupStateResponse.PartitionResult]
+        def __init__(self, topic_id: uuid.UUID = ..., partitions: list[ReadShareGroupStateResponse.PartitionResult] = ...) -> None: ...
+    class PartitionResult(MessageBase):
+        partition: int
+        error_code: int
+        error_message: str | None
+        state_epoch: int
+        start_offset: int
+        state_batches: list[ReadShareGroupStateResponse.StateBatch]
+        def __init__(self, partition: int = ..., error_code: int = ..., error_message: str | None = ..., state_epoch: int = ..., start_offset: int = ..., state_batches: list[ReadShareGroupStateResponse.StateBatch] = ...) -> None: ...
+    class StateBatch(MessageBase):
+        first_offset: int
+        last_offset: int
+        delivery_state: int
+        delivery_count: int
+        def __init__(self, first_offset: int = ..., last_offset: int = ..., delivery_state: int = ..., delivery_count: int = ...) -> None: ...
+    results: list[ReadShareGroupStateResponse.ReadStateResult]
+    def __init__(self, results: list[ReadShareGroupStateResponse.ReadStateResult] = ...) -> None: ...
+
+
+class ReadShareGroupStateSummaryRequest(MessageBase):
+    class ReadStateSummaryData(MessageBase):
+        topic_id: uuid.UUID
+        partitions: list[ReadShareGroupStateSummaryRequest.PartitionData]
+        def __init__(self, topic_id: uuid.UUID = ..., partitions: list[ReadShareGroupStateSummaryRequest.PartitionData] = ...) -> None: ...
+    class PartitionData(MessageBase):
+        partition: int
+        leader_epoch: int
+        def __init__(self, partition: int = ..., leader_epoch: int = ...) -> None: ...
+    group_id: str
+    topics: list[ReadShareGroupStateSummaryRequest.ReadStateSummaryData]
+    def __init__(self, group_id: str = ..., topics: list[ReadShareGroupStateSummaryRequest.ReadStateSummaryData] = ...) -> None: ...
+
+
+class ReadShareGroupStateSummaryResponse(MessageBase):
+    class ReadStateSummaryResult(MessageBase):
+        topic_id: uuid.UUID
+        partitions: list[ReadShareGroupStateSummaryResponse.PartitionResult]
+        def __init__(self, topic_id: uuid.UUID = ..., partitions: list[ReadShareGroupStateSummaryResponse.PartitionResult] = ...) -> None: ...
+    class PartitionResult(MessageBase):
+        partition: int
+        error_code: int
+        error_message: str | None
+        state_epoch: int
+        leader_epoch: int
+        start_offset: int
+        delivery_complete_count: int
+        def __init__(self, partition: int = ..., error_code: int = ..., error_message: str | None = ..., state_epoch: int = ..., leader_epoch: int = ..., start_offset: int = ..., delivery_complete_count: int = ...) -> None: ...
+    results: list[ReadShareGroupStateSummaryResponse.ReadStateSummaryResult]
+    def __init__(self, results: list[ReadShareGroupStateSummaryResponse.ReadStateSummaryResult] = ...) -> None: ...
+
+
 class RemoveAccessControlEntryRecord(MessageBase):
     id: uuid.UUID
     def __init__(self, id: uuid.UUID = ...) -> None: ...
@@ -2401,6 +2653,18 @@ class TxnOffsetCommitResponse(MessageBase):
     def __init__(self, throttle_time_ms: int = ..., topics: list[TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic] = ...) -> None: ...
 
 
+class UnregisterBrokerRequest(MessageBase):
+    broker_id: int
+    def __init__(self, broker_id: int = ...) -> None: ...
+
+
+class UnregisterBrokerResponse(MessageBase):
+    throttle_time_ms: int
+    error_code: int
+    error_message: str | None
+    def __init__(self, throttle_time_ms: int = ..., error_code: int = ..., error_message: str | None = ...) -> None: ...
+
+
 class UpdateFeaturesRequest(MessageBase):
     class FeatureUpdateKey(MessageBase):
         feature: str
@@ -2435,6 +2699,44 @@ class UserScramCredentialRecord(MessageBase):
     server_key: bytes
     iterations: int
     def __init__(self, name: str = ..., mechanism: int = ..., salt: bytes = ..., stored_key: bytes = ..., server_key: bytes = ..., iterations: int = ...) -> None: ...
+
+
+class WriteShareGroupStateRequest(MessageBase):
+    class WriteStateData(MessageBase):
+        topic_id: uuid.UUID
+        partitions: list[WriteShareGroupStateRequest.PartitionData]
+        def __init__(self, topic_id: uuid.UUID = ..., partitions: list[WriteShareGroupStateRequest.PartitionData] = ...) -> None: ...
+    class PartitionData(MessageBase):
+        partition: int
+        state_epoch: int
+        leader_epoch: int
+        start_offset: int
+        delivery_complete_count: int
+        state_batches: list[WriteShareGroupStateRequest.StateBatch]
+        def __init__(self, partition: int = ..., state_epoch: int = ..., leader_epoch: int = ..., start_offset: int = ..., delivery_complete_count: int = ..., state_batches: list[WriteShareGroupStateRequest.StateBatch] = ...) -> None: ...
+    class StateBatch(MessageBase):
+        first_offset: int
+        last_offset: int
+        delivery_state: int
+        delivery_count: int
+        def __init__(self, first_offset: int = ..., last_offset: int = ..., delivery_state: int = ..., delivery_count: int = ...) -> None: ...
+    group_id: str
+    topics: list[WriteShareGroupStateRequest.WriteStateData]
+    def __init__(self, group_id: str = ..., topics: list[WriteShareGroupStateRequest.WriteStateData] = ...) -> None: ...
+
+
+class WriteShareGroupStateResponse(MessageBase):
+    class WriteStateResult(MessageBase):
+        topic_id: uuid.UUID
+        partitions: list[WriteShareGroupStateResponse.PartitionResult]
+        def __init__(self, topic_id: uuid.UUID = ..., partitions: list[WriteShareGroupStateResponse.PartitionResult] = ...) -> None: ...
+    class PartitionResult(MessageBase):
+        partition: int
+        error_code: int
+        error_message: str | None
+        def __init__(self, partition: int = ..., error_code: int = ..., error_message: str | None = ...) -> None: ...
+    results: list[WriteShareGroupStateResponse.WriteStateResult]
+    def __init__(self, results: list[WriteShareGroupStateResponse.WriteStateResult] = ...) -> None: ...
 
 
 class WriteTxnMarkersRequest(MessageBase):
