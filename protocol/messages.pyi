@@ -24,6 +24,11 @@ from protocol.codecs import (
 )
 
 
+class AbortTransactionRecord(MessageBase):
+    reason: str | None
+    def __init__(self, reason: str | None = ...) -> None: ...
+
+
 class AccessControlEntryRecord(MessageBase):
     id: uuid.UUID
     resource_type: int
@@ -360,6 +365,11 @@ class ApiVersionsResponse(MessageBase):
     def __init__(self, error_code: int = ..., api_keys: list[ApiVersionsResponse.ApiVersion] = ..., throttle_time_ms: int = ..., supported_features: list[ApiVersionsResponse.SupportedFeatureKey] = ..., finalized_features_epoch: int = ..., finalized_features: list[ApiVersionsResponse.FinalizedFeatureKey] = ..., zk_migration_ready: bool = ...) -> None: ...
 
 
+class BeginTransactionRecord(MessageBase):
+    name: str | None
+    def __init__(self, name: str | None = ...) -> None: ...
+
+
 class BrokerHeartbeatRequest(MessageBase):
     broker_id: int
     broker_epoch: int
@@ -377,6 +387,15 @@ class BrokerHeartbeatResponse(MessageBase):
     is_fenced: bool
     should_shut_down: bool
     def __init__(self, throttle_time_ms: int = ..., error_code: int = ..., is_caught_up: bool = ..., is_fenced: bool = ..., should_shut_down: bool = ...) -> None: ...
+
+
+class BrokerRegistrationChangeRecord(MessageBase):
+    broker_id: int
+    broker_epoch: int
+    fenced: int
+    in_controlled_shutdown: int
+    log_dirs: list[uuid.UUID]
+    def __init__(self, broker_id: int = ..., broker_epoch: int = ..., fenced: int = ..., in_controlled_shutdown: int = ..., log_dirs: list[uuid.UUID] = ...) -> None: ...
 
 
 class BrokerRegistrationRequest(MessageBase):
@@ -408,6 +427,11 @@ class BrokerRegistrationResponse(MessageBase):
     error_code: int
     broker_epoch: int
     def __init__(self, throttle_time_ms: int = ..., error_code: int = ..., broker_epoch: int = ...) -> None: ...
+
+
+class ClearElrRecord(MessageBase):
+    topic_name: str
+    def __init__(self, topic_name: str = ...) -> None: ...
 
 
 class ClientQuotaRecord(MessageBase):
@@ -726,6 +750,17 @@ class DefaultPrincipalData(MessageBase):
     name: str
     token_authenticated: bool
     def __init__(self, type: str = ..., name: str = ..., token_authenticated: bool = ...) -> None: ...
+
+
+class DelegationTokenRecord(MessageBase):
+    owner: str
+    requester: str
+    renewers: list[str]
+    issue_timestamp: int
+    max_timestamp: int
+    expiration_timestamp: int
+    token_id: str
+    def __init__(self, owner: str = ..., requester: str = ..., renewers: list[str] = ..., issue_timestamp: int = ..., max_timestamp: int = ..., expiration_timestamp: int = ..., token_id: str = ...) -> None: ...
 
 
 class DeleteAclsRequest(MessageBase):
@@ -1315,6 +1350,10 @@ class ElectLeadersResponse(MessageBase):
     def __init__(self, throttle_time_ms: int = ..., error_code: int = ..., replica_election_results: list[ElectLeadersResponse.ReplicaElectionResult] = ...) -> None: ...
 
 
+class EndTransactionRecord(MessageBase):
+    def __init__(self) -> None: ...
+
+
 class EndTxnRequest(MessageBase):
     transactional_id: str
     producer_id: int
@@ -1348,6 +1387,12 @@ class FeatureLevelRecord(MessageBase):
     name: str
     feature_level: int
     def __init__(self, name: str = ..., feature_level: int = ...) -> None: ...
+
+
+class FenceBrokerRecord(MessageBase):
+    id: int
+    epoch: int
+    def __init__(self, id: int = ..., epoch: int = ...) -> None: ...
 
 
 class FetchRequest(MessageBase):
@@ -1835,6 +1880,10 @@ class MetadataResponse(MessageBase):
     def __init__(self, throttle_time_ms: int = ..., brokers: list[MetadataResponse.MetadataResponseBroker] = ..., cluster_id: str | None = ..., controller_id: int = ..., topics: list[MetadataResponse.MetadataResponseTopic] = ..., cluster_authorized_operations: int = ..., error_code: int = ...) -> None: ...
 
 
+class NoOpRecord(MessageBase):
+    def __init__(self) -> None: ...
+
+
 class OffsetCommitKey(MessageBase):
     group: str
     topic: str
@@ -2182,9 +2231,59 @@ class ReadShareGroupStateSummaryResponse(MessageBase):
     def __init__(self, results: list[ReadShareGroupStateSummaryResponse.ReadStateSummaryResult] = ...) -> None: ...
 
 
+class RegisterBrokerRecord(MessageBase):
+    class BrokerEndpoint(MessageBase):
+        name: str
+        host: str
+        port: int
+        security_protocol: int
+        def __init__(self, name: str = ..., host: str = ..., port: int = ..., security_protocol: int = ...) -> None: ...
+    class BrokerFeature(MessageBase):
+        name: str
+        min_supported_version: int
+        max_supported_version: int
+        def __init__(self, name: str = ..., min_supported_version: int = ..., max_supported_version: int = ...) -> None: ...
+    broker_id: int
+    is_migrating_zk_broker: bool
+    incarnation_id: uuid.UUID
+    broker_epoch: int
+    end_points: list[RegisterBrokerRecord.BrokerEndpoint]
+    features: list[RegisterBrokerRecord.BrokerFeature]
+    rack: str | None
+    fenced: bool
+    in_controlled_shutdown: bool
+    log_dirs: list[uuid.UUID]
+    def __init__(self, broker_id: int = ..., is_migrating_zk_broker: bool = ..., incarnation_id: uuid.UUID = ..., broker_epoch: int = ..., end_points: list[RegisterBrokerRecord.BrokerEndpoint] = ..., features: list[RegisterBrokerRecord.BrokerFeature] = ..., rack: str | None = ..., fenced: bool = ..., in_controlled_shutdown: bool = ..., log_dirs: list[uuid.UUID] = ...) -> None: ...
+
+
+class RegisterControllerRecord(MessageBase):
+    class ControllerEndpoint(MessageBase):
+        name: str
+        host: str
+        port: int
+        security_protocol: int
+        def __init__(self, name: str = ..., host: str = ..., port: int = ..., security_protocol: int = ...) -> None: ...
+    class ControllerFeature(MessageBase):
+        name: str
+        min_supported_version: int
+        max_supported_version: int
+        def __init__(self, name: str = ..., min_supported_version: int = ..., max_supported_version: int = ...) -> None: ...
+    controller_id: int
+    incarnation_id: uuid.UUID
+    zk_migration_ready: bool
+    end_points: list[RegisterControllerRecord.ControllerEndpoint]
+    features: list[RegisterControllerRecord.ControllerFeature]
+    def __init__(self, controller_id: int = ..., incarnation_id: uuid.UUID = ..., zk_migration_ready: bool = ..., end_points: list[RegisterControllerRecord.ControllerEndpoint] = ..., features: list[RegisterControllerRecord.ControllerFeature] = ...) -> None: ...
+
+
 class RemoveAccessControlEntryRecord(MessageBase):
     id: uuid.UUID
     def __init__(self, id: uuid.UUID = ...) -> None: ...
+
+
+class RemoveDelegationTokenRecord(MessageBase):
+    token_id: str
+    def __init__(self, token_id: str = ...) -> None: ...
 
 
 class RemoveTopicRecord(MessageBase):
@@ -2653,6 +2752,18 @@ class TxnOffsetCommitResponse(MessageBase):
     def __init__(self, throttle_time_ms: int = ..., topics: list[TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic] = ...) -> None: ...
 
 
+class UnfenceBrokerRecord(MessageBase):
+    id: int
+    epoch: int
+    def __init__(self, id: int = ..., epoch: int = ...) -> None: ...
+
+
+class UnregisterBrokerRecord(MessageBase):
+    broker_id: int
+    broker_epoch: int
+    def __init__(self, broker_id: int = ..., broker_epoch: int = ...) -> None: ...
+
+
 class UnregisterBrokerRequest(MessageBase):
     broker_id: int
     def __init__(self, broker_id: int = ...) -> None: ...
@@ -2771,3 +2882,8 @@ class WriteTxnMarkersResponse(MessageBase):
         def __init__(self, partition_index: int = ..., error_code: int = ...) -> None: ...
     markers: list[WriteTxnMarkersResponse.WritableTxnMarkerResult]
     def __init__(self, markers: list[WriteTxnMarkersResponse.WritableTxnMarkerResult] = ...) -> None: ...
+
+
+class ZkMigrationStateRecord(MessageBase):
+    zk_migration_state: int
+    def __init__(self, zk_migration_state: int = ...) -> None: ...

@@ -184,3 +184,48 @@ def test_read_share_group_state_summary_response_v1() -> None:
         "00000005",  # DeliveryCompleteCount int32 (v1)
         "00 00 00",  # tagged fields
     )
+
+
+def test_register_broker_record_v3() -> None:
+    record = M.RegisterBrokerRecord(
+        broker_id=1, incarnation_id=U2, broker_epoch=5, rack=None, fenced=True, log_dirs=[U1],
+        end_points=[M.RegisterBrokerRecord.BrokerEndpoint(name="PLAINTEXT", host="h", port=9092, security_protocol=0)],
+        features=[M.RegisterBrokerRecord.BrokerFeature(name="metadata.version", min_supported_version=1,
+                                                       max_supported_version=27)])
+    data = M.encode(record, 3)
+    assert data == wire(
+        "00000001",  # BrokerId int32
+        "00",  # IsMigratingZkBroker bool (v2+)
+        U2_HEX,  # IncarnationId uuid
+        "0000000000000005",  # BrokerEpoch int64
+        "02",  # EndPoints: one BrokerEndpoint
+        "0a 504c41494e54455854",  # Name: compact string "PLAINTEXT"
+        "02 68",  # Host: compact string "h"
+        "2384",  # Port uint16: 9092
+        "0000",  # SecurityProtocol int16
+        "00",  # tagged fields
+        "02",  # Features: one BrokerFeature
+        "11 6d657461646174612e76657273696f6e",  # Name: compact string "metadata.version"
+        "0001",  # MinSupportedVersion int16
+        "001b",  # MaxSupportedVersion int16
+        "00",  # tagged fields
+        "00",  # Rack: null compact string
+        "01",  # Fenced bool
+        "00",  # InControlledShutdown bool (v1+)
+        "01",  # one tagged field:
+        "00 11",  # tag 0 (LogDirs), 17 bytes
+        "02" + U1_HEX,  # compact array of one uuid
+    )
+    assert M.decode("RegisterBrokerRecord", 3, data) == record
+
+
+def test_broker_registration_change_record_v2() -> None:
+    record = M.BrokerRegistrationChangeRecord(broker_id=1, broker_epoch=5, fenced=-1)
+    assert M.encode(record, 2) == wire(
+        "00000001",  # BrokerId int32
+        "0000000000000005",  # BrokerEpoch int64
+        "01",  # one tagged field (InControlledShutdown 0 and LogDirs [] are their defaults):
+        "00 01 ff",  # tag 0 (Fenced), 1 byte: int8 -1, unfenced
+    )
+    record.in_controlled_shutdown = 1
+    assert M.encode(record, 2) == wire("00000001", "0000000000000005", "02", "00 01 ff", "01 01 01")
