@@ -24,6 +24,11 @@ from protocol.codecs import (
 )
 
 
+class AbortTransactionRecord(MessageBase):
+    reason: str | None
+    def __init__(self, reason: str | None = ...) -> None: ...
+
+
 class AccessControlEntryRecord(MessageBase):
     id: uuid.UUID
     resource_type: int
@@ -88,6 +93,20 @@ class AddPartitionsToTxnResponse(MessageBase):
     results_by_transaction: list[AddPartitionsToTxnResponse.AddPartitionsToTxnResult]
     results_by_topic_v3_and_below: list[AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult]
     def __init__(self, throttle_time_ms: int = ..., error_code: int = ..., results_by_transaction: list[AddPartitionsToTxnResponse.AddPartitionsToTxnResult] = ..., results_by_topic_v3_and_below: list[AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult] = ...) -> None: ...
+
+
+class AllocateProducerIdsRequest(MessageBase):
+    broker_id: int
+    broker_epoch: int
+    def __init__(self, broker_id: int = ..., broker_epoch: int = ...) -> None: ...
+
+
+class AllocateProducerIdsResponse(MessageBase):
+    throttle_time_ms: int
+    error_code: int
+    producer_id_start: int
+    producer_id_len: int
+    def __init__(self, throttle_time_ms: int = ..., error_code: int = ..., producer_id_start: int = ..., producer_id_len: int = ...) -> None: ...
 
 
 class AlterClientQuotasRequest(MessageBase):
@@ -182,6 +201,49 @@ class AlterPartitionReassignmentsResponse(MessageBase):
     error_message: str | None
     responses: list[AlterPartitionReassignmentsResponse.ReassignableTopicResponse]
     def __init__(self, throttle_time_ms: int = ..., allow_replication_factor_change: bool = ..., error_code: int = ..., error_message: str | None = ..., responses: list[AlterPartitionReassignmentsResponse.ReassignableTopicResponse] = ...) -> None: ...
+
+
+class AlterPartitionRequest(MessageBase):
+    class TopicData(MessageBase):
+        topic_id: uuid.UUID
+        partitions: list[AlterPartitionRequest.PartitionData]
+        def __init__(self, topic_id: uuid.UUID = ..., partitions: list[AlterPartitionRequest.PartitionData] = ...) -> None: ...
+    class PartitionData(MessageBase):
+        partition_index: int
+        leader_epoch: int
+        new_isr: list[int]
+        new_isr_with_epochs: list[AlterPartitionRequest.BrokerState]
+        leader_recovery_state: int
+        partition_epoch: int
+        def __init__(self, partition_index: int = ..., leader_epoch: int = ..., new_isr: list[int] = ..., new_isr_with_epochs: list[AlterPartitionRequest.BrokerState] = ..., leader_recovery_state: int = ..., partition_epoch: int = ...) -> None: ...
+    class BrokerState(MessageBase):
+        broker_id: int
+        broker_epoch: int
+        def __init__(self, broker_id: int = ..., broker_epoch: int = ...) -> None: ...
+    broker_id: int
+    broker_epoch: int
+    topics: list[AlterPartitionRequest.TopicData]
+    def __init__(self, broker_id: int = ..., broker_epoch: int = ..., topics: list[AlterPartitionRequest.TopicData] = ...) -> None: ...
+
+
+class AlterPartitionResponse(MessageBase):
+    class TopicData(MessageBase):
+        topic_id: uuid.UUID
+        partitions: list[AlterPartitionResponse.PartitionData]
+        def __init__(self, topic_id: uuid.UUID = ..., partitions: list[AlterPartitionResponse.PartitionData] = ...) -> None: ...
+    class PartitionData(MessageBase):
+        partition_index: int
+        error_code: int
+        leader_id: int
+        leader_epoch: int
+        isr: list[int]
+        leader_recovery_state: int
+        partition_epoch: int
+        def __init__(self, partition_index: int = ..., error_code: int = ..., leader_id: int = ..., leader_epoch: int = ..., isr: list[int] = ..., leader_recovery_state: int = ..., partition_epoch: int = ...) -> None: ...
+    throttle_time_ms: int
+    error_code: int
+    topics: list[AlterPartitionResponse.TopicData]
+    def __init__(self, throttle_time_ms: int = ..., error_code: int = ..., topics: list[AlterPartitionResponse.TopicData] = ...) -> None: ...
 
 
 class AlterReplicaLogDirsRequest(MessageBase):
@@ -301,6 +363,75 @@ class ApiVersionsResponse(MessageBase):
     finalized_features: list[ApiVersionsResponse.FinalizedFeatureKey]
     zk_migration_ready: bool
     def __init__(self, error_code: int = ..., api_keys: list[ApiVersionsResponse.ApiVersion] = ..., throttle_time_ms: int = ..., supported_features: list[ApiVersionsResponse.SupportedFeatureKey] = ..., finalized_features_epoch: int = ..., finalized_features: list[ApiVersionsResponse.FinalizedFeatureKey] = ..., zk_migration_ready: bool = ...) -> None: ...
+
+
+class BeginTransactionRecord(MessageBase):
+    name: str | None
+    def __init__(self, name: str | None = ...) -> None: ...
+
+
+class BrokerHeartbeatRequest(MessageBase):
+    broker_id: int
+    broker_epoch: int
+    current_metadata_offset: int
+    want_fence: bool
+    want_shut_down: bool
+    offline_log_dirs: list[uuid.UUID]
+    def __init__(self, broker_id: int = ..., broker_epoch: int = ..., current_metadata_offset: int = ..., want_fence: bool = ..., want_shut_down: bool = ..., offline_log_dirs: list[uuid.UUID] = ...) -> None: ...
+
+
+class BrokerHeartbeatResponse(MessageBase):
+    throttle_time_ms: int
+    error_code: int
+    is_caught_up: bool
+    is_fenced: bool
+    should_shut_down: bool
+    def __init__(self, throttle_time_ms: int = ..., error_code: int = ..., is_caught_up: bool = ..., is_fenced: bool = ..., should_shut_down: bool = ...) -> None: ...
+
+
+class BrokerRegistrationChangeRecord(MessageBase):
+    broker_id: int
+    broker_epoch: int
+    fenced: int
+    in_controlled_shutdown: int
+    log_dirs: list[uuid.UUID]
+    def __init__(self, broker_id: int = ..., broker_epoch: int = ..., fenced: int = ..., in_controlled_shutdown: int = ..., log_dirs: list[uuid.UUID] = ...) -> None: ...
+
+
+class BrokerRegistrationRequest(MessageBase):
+    class Listener(MessageBase):
+        name: str
+        host: str
+        port: int
+        security_protocol: int
+        def __init__(self, name: str = ..., host: str = ..., port: int = ..., security_protocol: int = ...) -> None: ...
+    class Feature(MessageBase):
+        name: str
+        min_supported_version: int
+        max_supported_version: int
+        def __init__(self, name: str = ..., min_supported_version: int = ..., max_supported_version: int = ...) -> None: ...
+    broker_id: int
+    cluster_id: str
+    incarnation_id: uuid.UUID
+    listeners: list[BrokerRegistrationRequest.Listener]
+    features: list[BrokerRegistrationRequest.Feature]
+    rack: str | None
+    is_migrating_zk_broker: bool
+    log_dirs: list[uuid.UUID]
+    previous_broker_epoch: int
+    def __init__(self, broker_id: int = ..., cluster_id: str = ..., incarnation_id: uuid.UUID = ..., listeners: list[BrokerRegistrationRequest.Listener] = ..., features: list[BrokerRegistrationRequest.Feature] = ..., rack: str | None = ..., is_migrating_zk_broker: bool = ..., log_dirs: list[uuid.UUID] = ..., previous_broker_epoch: int = ...) -> None: ...
+
+
+class BrokerRegistrationResponse(MessageBase):
+    throttle_time_ms: int
+    error_code: int
+    broker_epoch: int
+    def __init__(self, throttle_time_ms: int = ..., error_code: int = ..., broker_epoch: int = ...) -> None: ...
+
+
+class ClearElrRecord(MessageBase):
+    topic_name: str
+    def __init__(self, topic_name: str = ...) -> None: ...
 
 
 class ClientQuotaRecord(MessageBase):
@@ -614,6 +745,24 @@ class CreateTopicsResponse(MessageBase):
     def __init__(self, throttle_time_ms: int = ..., topics: list[CreateTopicsResponse.CreatableTopicResult] = ...) -> None: ...
 
 
+class DefaultPrincipalData(MessageBase):
+    type: str
+    name: str
+    token_authenticated: bool
+    def __init__(self, type: str = ..., name: str = ..., token_authenticated: bool = ...) -> None: ...
+
+
+class DelegationTokenRecord(MessageBase):
+    owner: str
+    requester: str
+    renewers: list[str]
+    issue_timestamp: int
+    max_timestamp: int
+    expiration_timestamp: int
+    token_id: str
+    def __init__(self, owner: str = ..., requester: str = ..., renewers: list[str] = ..., issue_timestamp: int = ..., max_timestamp: int = ..., expiration_timestamp: int = ..., token_id: str = ...) -> None: ...
+
+
 class DeleteAclsRequest(MessageBase):
     class DeleteAclsFilter(MessageBase):
         resource_type_filter: int
@@ -715,6 +864,33 @@ class DeleteShareGroupOffsetsResponse(MessageBase):
     error_message: str | None
     responses: list[DeleteShareGroupOffsetsResponse.DeleteShareGroupOffsetsResponseTopic]
     def __init__(self, throttle_time_ms: int = ..., error_code: int = ..., error_message: str | None = ..., responses: list[DeleteShareGroupOffsetsResponse.DeleteShareGroupOffsetsResponseTopic] = ...) -> None: ...
+
+
+class DeleteShareGroupStateRequest(MessageBase):
+    class DeleteStateData(MessageBase):
+        topic_id: uuid.UUID
+        partitions: list[DeleteShareGroupStateRequest.PartitionData]
+        def __init__(self, topic_id: uuid.UUID = ..., partitions: list[DeleteShareGroupStateRequest.PartitionData] = ...) -> None: ...
+    class PartitionData(MessageBase):
+        partition: int
+        def __init__(self, partition: int = ...) -> None: ...
+    group_id: str
+    topics: list[DeleteShareGroupStateRequest.DeleteStateData]
+    def __init__(self, group_id: str = ..., topics: list[DeleteShareGroupStateRequest.DeleteStateData] = ...) -> None: ...
+
+
+class DeleteShareGroupStateResponse(MessageBase):
+    class DeleteStateResult(MessageBase):
+        topic_id: uuid.UUID
+        partitions: list[DeleteShareGroupStateResponse.PartitionResult]
+        def __init__(self, topic_id: uuid.UUID = ..., partitions: list[DeleteShareGroupStateResponse.PartitionResult] = ...) -> None: ...
+    class PartitionResult(MessageBase):
+        partition: int
+        error_code: int
+        error_message: str | None
+        def __init__(self, partition: int = ..., error_code: int = ..., error_message: str | None = ...) -> None: ...
+    results: list[DeleteShareGroupStateResponse.DeleteStateResult]
+    def __init__(self, results: list[DeleteShareGroupStateResponse.DeleteStateResult] = ...) -> None: ...
 
 
 class DeleteTopicsRequest(MessageBase):
@@ -1174,6 +1350,10 @@ class ElectLeadersResponse(MessageBase):
     def __init__(self, throttle_time_ms: int = ..., error_code: int = ..., replica_election_results: list[ElectLeadersResponse.ReplicaElectionResult] = ...) -> None: ...
 
 
+class EndTransactionRecord(MessageBase):
+    def __init__(self) -> None: ...
+
+
 class EndTxnRequest(MessageBase):
     transactional_id: str
     producer_id: int
@@ -1190,10 +1370,29 @@ class EndTxnResponse(MessageBase):
     def __init__(self, throttle_time_ms: int = ..., error_code: int = ..., producer_id: int = ..., producer_epoch: int = ...) -> None: ...
 
 
+class EnvelopeRequest(MessageBase):
+    request_data: bytes
+    request_principal: bytes | None
+    client_host_address: bytes
+    def __init__(self, request_data: bytes = ..., request_principal: bytes | None = ..., client_host_address: bytes = ...) -> None: ...
+
+
+class EnvelopeResponse(MessageBase):
+    response_data: bytes | None
+    error_code: int
+    def __init__(self, response_data: bytes | None = ..., error_code: int = ...) -> None: ...
+
+
 class FeatureLevelRecord(MessageBase):
     name: str
     feature_level: int
     def __init__(self, name: str = ..., feature_level: int = ...) -> None: ...
+
+
+class FenceBrokerRecord(MessageBase):
+    id: int
+    epoch: int
+    def __init__(self, id: int = ..., epoch: int = ...) -> None: ...
 
 
 class FetchRequest(MessageBase):
@@ -1414,6 +1613,35 @@ class InitProducerIdResponse(MessageBase):
     ongoing_txn_producer_id: int
     ongoing_txn_producer_epoch: int
     def __init__(self, throttle_time_ms: int = ..., error_code: int = ..., producer_id: int = ..., producer_epoch: int = ..., ongoing_txn_producer_id: int = ..., ongoing_txn_producer_epoch: int = ...) -> None: ...
+
+
+class InitializeShareGroupStateRequest(MessageBase):
+    class InitializeStateData(MessageBase):
+        topic_id: uuid.UUID
+        partitions: list[InitializeShareGroupStateRequest.PartitionData]
+        def __init__(self, topic_id: uuid.UUID = ..., partitions: list[InitializeShareGroupStateRequest.PartitionData] = ...) -> None: ...
+    class PartitionData(MessageBase):
+        partition: int
+        state_epoch: int
+        start_offset: int
+        def __init__(self, partition: int = ..., state_epoch: int = ..., start_offset: int = ...) -> None: ...
+    group_id: str
+    topics: list[InitializeShareGroupStateRequest.InitializeStateData]
+    def __init__(self, group_id: str = ..., topics: list[InitializeShareGroupStateRequest.InitializeStateData] = ...) -> None: ...
+
+
+class InitializeShareGroupStateResponse(MessageBase):
+    class InitializeStateResult(MessageBase):
+        topic_id: uuid.UUID
+        partitions: list[InitializeShareGroupStateResponse.PartitionResult]
+        def __init__(self, topic_id: uuid.UUID = ..., partitions: list[InitializeShareGroupStateResponse.PartitionResult] = ...) -> None: ...
+    class PartitionResult(MessageBase):
+        partition: int
+        error_code: int
+        error_message: str | None
+        def __init__(self, partition: int = ..., error_code: int = ..., error_message: str | None = ...) -> None: ...
+    results: list[InitializeShareGroupStateResponse.InitializeStateResult]
+    def __init__(self, results: list[InitializeShareGroupStateResponse.InitializeStateResult] = ...) -> None: ...
 
 
 class JoinGroupRequest(MessageBase):
@@ -1650,6 +1878,10 @@ class MetadataResponse(MessageBase):
     cluster_authorized_operations: int
     error_code: int
     def __init__(self, throttle_time_ms: int = ..., brokers: list[MetadataResponse.MetadataResponseBroker] = ..., cluster_id: str | None = ..., controller_id: int = ..., topics: list[MetadataResponse.MetadataResponseTopic] = ..., cluster_authorized_operations: int = ..., error_code: int = ...) -> None: ...
+
+
+class NoOpRecord(MessageBase):
+    def __init__(self) -> None: ...
 
 
 class OffsetCommitKey(MessageBase):
@@ -1930,9 +2162,128 @@ class PushTelemetryResponse(MessageBase):
     def __init__(self, throttle_time_ms: int = ..., error_code: int = ...) -> None: ...
 
 
+class ReadShareGroupStateRequest(MessageBase):
+    class ReadStateData(MessageBase):
+        topic_id: uuid.UUID
+        partitions: list[ReadShareGroupStateRequest.PartitionData]
+        def __init__(self, topic_id: uuid.UUID = ..., partitions: list[ReadShareGroupStateRequest.PartitionData] = ...) -> None: ...
+    class PartitionData(MessageBase):
+        partition: int
+        leader_epoch: int
+        def __init__(self, partition: int = ..., leader_epoch: int = ...) -> None: ...
+    group_id: str
+    topics: list[ReadShareGroupStateRequest.ReadStateData]
+    def __init__(self, group_id: str = ..., topics: list[ReadShareGroupStateRequest.ReadStateData] = ...) -> None: ...
+
+
+class ReadShareGroupStateResponse(MessageBase):
+    class ReadStateResult(MessageBase):
+        topic_id: uuid.UUID
+        partitions: list[ReadShareGroupStateResponse.PartitionResult]
+        def __init__(self, topic_id: uuid.UUID = ..., partitions: list[ReadShareGroupStateResponse.PartitionResult] = ...) -> None: ...
+    class PartitionResult(MessageBase):
+        partition: int
+        error_code: int
+        error_message: str | None
+        state_epoch: int
+        start_offset: int
+        state_batches: list[ReadShareGroupStateResponse.StateBatch]
+        def __init__(self, partition: int = ..., error_code: int = ..., error_message: str | None = ..., state_epoch: int = ..., start_offset: int = ..., state_batches: list[ReadShareGroupStateResponse.StateBatch] = ...) -> None: ...
+    class StateBatch(MessageBase):
+        first_offset: int
+        last_offset: int
+        delivery_state: int
+        delivery_count: int
+        def __init__(self, first_offset: int = ..., last_offset: int = ..., delivery_state: int = ..., delivery_count: int = ...) -> None: ...
+    results: list[ReadShareGroupStateResponse.ReadStateResult]
+    def __init__(self, results: list[ReadShareGroupStateResponse.ReadStateResult] = ...) -> None: ...
+
+
+class ReadShareGroupStateSummaryRequest(MessageBase):
+    class ReadStateSummaryData(MessageBase):
+        topic_id: uuid.UUID
+        partitions: list[ReadShareGroupStateSummaryRequest.PartitionData]
+        def __init__(self, topic_id: uuid.UUID = ..., partitions: list[ReadShareGroupStateSummaryRequest.PartitionData] = ...) -> None: ...
+    class PartitionData(MessageBase):
+        partition: int
+        leader_epoch: int
+        def __init__(self, partition: int = ..., leader_epoch: int = ...) -> None: ...
+    group_id: str
+    topics: list[ReadShareGroupStateSummaryRequest.ReadStateSummaryData]
+    def __init__(self, group_id: str = ..., topics: list[ReadShareGroupStateSummaryRequest.ReadStateSummaryData] = ...) -> None: ...
+
+
+class ReadShareGroupStateSummaryResponse(MessageBase):
+    class ReadStateSummaryResult(MessageBase):
+        topic_id: uuid.UUID
+        partitions: list[ReadShareGroupStateSummaryResponse.PartitionResult]
+        def __init__(self, topic_id: uuid.UUID = ..., partitions: list[ReadShareGroupStateSummaryResponse.PartitionResult] = ...) -> None: ...
+    class PartitionResult(MessageBase):
+        partition: int
+        error_code: int
+        error_message: str | None
+        state_epoch: int
+        leader_epoch: int
+        start_offset: int
+        delivery_complete_count: int
+        def __init__(self, partition: int = ..., error_code: int = ..., error_message: str | None = ..., state_epoch: int = ..., leader_epoch: int = ..., start_offset: int = ..., delivery_complete_count: int = ...) -> None: ...
+    results: list[ReadShareGroupStateSummaryResponse.ReadStateSummaryResult]
+    def __init__(self, results: list[ReadShareGroupStateSummaryResponse.ReadStateSummaryResult] = ...) -> None: ...
+
+
+class RegisterBrokerRecord(MessageBase):
+    class BrokerEndpoint(MessageBase):
+        name: str
+        host: str
+        port: int
+        security_protocol: int
+        def __init__(self, name: str = ..., host: str = ..., port: int = ..., security_protocol: int = ...) -> None: ...
+    class BrokerFeature(MessageBase):
+        name: str
+        min_supported_version: int
+        max_supported_version: int
+        def __init__(self, name: str = ..., min_supported_version: int = ..., max_supported_version: int = ...) -> None: ...
+    broker_id: int
+    is_migrating_zk_broker: bool
+    incarnation_id: uuid.UUID
+    broker_epoch: int
+    end_points: list[RegisterBrokerRecord.BrokerEndpoint]
+    features: list[RegisterBrokerRecord.BrokerFeature]
+    rack: str | None
+    fenced: bool
+    in_controlled_shutdown: bool
+    log_dirs: list[uuid.UUID]
+    def __init__(self, broker_id: int = ..., is_migrating_zk_broker: bool = ..., incarnation_id: uuid.UUID = ..., broker_epoch: int = ..., end_points: list[RegisterBrokerRecord.BrokerEndpoint] = ..., features: list[RegisterBrokerRecord.BrokerFeature] = ..., rack: str | None = ..., fenced: bool = ..., in_controlled_shutdown: bool = ..., log_dirs: list[uuid.UUID] = ...) -> None: ...
+
+
+class RegisterControllerRecord(MessageBase):
+    class ControllerEndpoint(MessageBase):
+        name: str
+        host: str
+        port: int
+        security_protocol: int
+        def __init__(self, name: str = ..., host: str = ..., port: int = ..., security_protocol: int = ...) -> None: ...
+    class ControllerFeature(MessageBase):
+        name: str
+        min_supported_version: int
+        max_supported_version: int
+        def __init__(self, name: str = ..., min_supported_version: int = ..., max_supported_version: int = ...) -> None: ...
+    controller_id: int
+    incarnation_id: uuid.UUID
+    zk_migration_ready: bool
+    end_points: list[RegisterControllerRecord.ControllerEndpoint]
+    features: list[RegisterControllerRecord.ControllerFeature]
+    def __init__(self, controller_id: int = ..., incarnation_id: uuid.UUID = ..., zk_migration_ready: bool = ..., end_points: list[RegisterControllerRecord.ControllerEndpoint] = ..., features: list[RegisterControllerRecord.ControllerFeature] = ...) -> None: ...
+
+
 class RemoveAccessControlEntryRecord(MessageBase):
     id: uuid.UUID
     def __init__(self, id: uuid.UUID = ...) -> None: ...
+
+
+class RemoveDelegationTokenRecord(MessageBase):
+    token_id: str
+    def __init__(self, token_id: str = ...) -> None: ...
 
 
 class RemoveTopicRecord(MessageBase):
@@ -2401,6 +2752,30 @@ class TxnOffsetCommitResponse(MessageBase):
     def __init__(self, throttle_time_ms: int = ..., topics: list[TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic] = ...) -> None: ...
 
 
+class UnfenceBrokerRecord(MessageBase):
+    id: int
+    epoch: int
+    def __init__(self, id: int = ..., epoch: int = ...) -> None: ...
+
+
+class UnregisterBrokerRecord(MessageBase):
+    broker_id: int
+    broker_epoch: int
+    def __init__(self, broker_id: int = ..., broker_epoch: int = ...) -> None: ...
+
+
+class UnregisterBrokerRequest(MessageBase):
+    broker_id: int
+    def __init__(self, broker_id: int = ...) -> None: ...
+
+
+class UnregisterBrokerResponse(MessageBase):
+    throttle_time_ms: int
+    error_code: int
+    error_message: str | None
+    def __init__(self, throttle_time_ms: int = ..., error_code: int = ..., error_message: str | None = ...) -> None: ...
+
+
 class UpdateFeaturesRequest(MessageBase):
     class FeatureUpdateKey(MessageBase):
         feature: str
@@ -2437,6 +2812,44 @@ class UserScramCredentialRecord(MessageBase):
     def __init__(self, name: str = ..., mechanism: int = ..., salt: bytes = ..., stored_key: bytes = ..., server_key: bytes = ..., iterations: int = ...) -> None: ...
 
 
+class WriteShareGroupStateRequest(MessageBase):
+    class WriteStateData(MessageBase):
+        topic_id: uuid.UUID
+        partitions: list[WriteShareGroupStateRequest.PartitionData]
+        def __init__(self, topic_id: uuid.UUID = ..., partitions: list[WriteShareGroupStateRequest.PartitionData] = ...) -> None: ...
+    class PartitionData(MessageBase):
+        partition: int
+        state_epoch: int
+        leader_epoch: int
+        start_offset: int
+        delivery_complete_count: int
+        state_batches: list[WriteShareGroupStateRequest.StateBatch]
+        def __init__(self, partition: int = ..., state_epoch: int = ..., leader_epoch: int = ..., start_offset: int = ..., delivery_complete_count: int = ..., state_batches: list[WriteShareGroupStateRequest.StateBatch] = ...) -> None: ...
+    class StateBatch(MessageBase):
+        first_offset: int
+        last_offset: int
+        delivery_state: int
+        delivery_count: int
+        def __init__(self, first_offset: int = ..., last_offset: int = ..., delivery_state: int = ..., delivery_count: int = ...) -> None: ...
+    group_id: str
+    topics: list[WriteShareGroupStateRequest.WriteStateData]
+    def __init__(self, group_id: str = ..., topics: list[WriteShareGroupStateRequest.WriteStateData] = ...) -> None: ...
+
+
+class WriteShareGroupStateResponse(MessageBase):
+    class WriteStateResult(MessageBase):
+        topic_id: uuid.UUID
+        partitions: list[WriteShareGroupStateResponse.PartitionResult]
+        def __init__(self, topic_id: uuid.UUID = ..., partitions: list[WriteShareGroupStateResponse.PartitionResult] = ...) -> None: ...
+    class PartitionResult(MessageBase):
+        partition: int
+        error_code: int
+        error_message: str | None
+        def __init__(self, partition: int = ..., error_code: int = ..., error_message: str | None = ...) -> None: ...
+    results: list[WriteShareGroupStateResponse.WriteStateResult]
+    def __init__(self, results: list[WriteShareGroupStateResponse.WriteStateResult] = ...) -> None: ...
+
+
 class WriteTxnMarkersRequest(MessageBase):
     class WritableTxnMarker(MessageBase):
         producer_id: int
@@ -2469,3 +2882,8 @@ class WriteTxnMarkersResponse(MessageBase):
         def __init__(self, partition_index: int = ..., error_code: int = ...) -> None: ...
     markers: list[WriteTxnMarkersResponse.WritableTxnMarkerResult]
     def __init__(self, markers: list[WriteTxnMarkersResponse.WritableTxnMarkerResult] = ...) -> None: ...
+
+
+class ZkMigrationStateRecord(MessageBase):
+    zk_migration_state: int
+    def __init__(self, zk_migration_state: int = ...) -> None: ...

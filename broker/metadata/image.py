@@ -33,11 +33,14 @@ MIN_INSYNC_REPLICAS = "min.insync.replicas"
 PRODUCER_ID_BLOCK = 1000
 NO_LEADER_CHANGE = -2  # PartitionChangeRecord's leader when it does not change
 
-_RECORD_CLASSES = {
-    c.spec.api_key: c.root_class
-    for name, c in M.CODECS.items()
-    if c.spec.type == "metadata" and c.spec.api_key is not None
-}
+_SECURITY_RECORDS = (M.AccessControlEntryRecord, M.RemoveAccessControlEntryRecord, M.UserScramCredentialRecord,
+                     M.RemoveUserScramCredentialRecord, M.ClientQuotaRecord)
+# the record types `MetadataImage.replay` applies; decode_record skips every other type the log may
+# hold (broker registrations and fencing, NoOp, KRaft's metadata transactions, delegation tokens,
+# ...) without decoding it, so a version of one newer than our definition cannot stop a replay
+REPLAYED: tuple[type, ...] = (M.TopicRecord, M.PartitionRecord, M.PartitionChangeRecord, M.RemoveTopicRecord,
+                              M.ConfigRecord, M.ProducerIdsRecord, M.FeatureLevelRecord, *_SECURITY_RECORDS)
+_RECORD_CLASSES = {M.CODECS[cls.__name__].spec.api_key: cls for cls in REPLAYED}
 
 
 def encode_record(record: Any, version: int = 0) -> bytes:
@@ -53,7 +56,7 @@ def decode_record(data: bytes) -> Any:
     version, pos = read_uvarint(data, pos)
     cls = _RECORD_CLASSES.get(api_key)
     if cls is None:
-        return None  # a record type this broker does not use: skipped, as a newer log may hold them
+        return None  # a record type the image does not replay: skipped (it still takes an offset)
     return M.decode(cls, version, memoryview(data)[pos:])
 
 
@@ -197,7 +200,3 @@ class MetadataImage:
             else:
                 values[record.key] = record.value
             self.quota_version += 1
-
-
-_SECURITY_RECORDS = (M.AccessControlEntryRecord, M.RemoveAccessControlEntryRecord, M.UserScramCredentialRecord,
-                     M.RemoveUserScramCredentialRecord, M.ClientQuotaRecord)

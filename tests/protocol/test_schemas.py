@@ -2,7 +2,7 @@
 
 The expected version ranges are Apache Kafka 4.2's stable ones (a version marked
 `latestVersionUnstable` upstream is not advertised), cross-checked against kio 0.6.5, which
-ships newer schemas for two APIs (listed in KIO_AHEAD).
+ships newer schemas for three APIs (listed in KIO_AHEAD).
 """
 
 from __future__ import annotations
@@ -82,12 +82,26 @@ KAFKA_42: dict[str, tuple[int, int, int, int | None]] = {
     "DescribeShareGroupOffsets": (90, 0, 1, 0),
     "AlterShareGroupOffsets": (91, 0, 0, 0),
     "DeleteShareGroupOffsets": (92, 0, 0, 0),
+    # between brokers and to the controller (cluster mode); advertised by ApiVersions only once
+    # an API has a handler (broker/apis/registry.py)
+    "AlterPartition": (56, 2, 3, 0),  # v0-1 removed in 4.0
+    "Envelope": (58, 0, 0, 0),
+    "BrokerRegistration": (62, 0, 4, 0),  # v5 (CordonedLogDirs, KIP-1066) is newer than 4.2
+    "BrokerHeartbeat": (63, 0, 1, 0),  # v2 (CordonedLogDirs, KIP-1066) is newer than 4.2
+    "UnregisterBroker": (64, 0, 0, 0),
+    "AllocateProducerIds": (67, 0, 0, 0),
+    "InitializeShareGroupState": (83, 0, 0, 0),
+    "ReadShareGroupState": (84, 0, 0, 0),
+    "WriteShareGroupState": (85, 0, 1, 0),  # v1: DeliveryCompleteCount (KIP-1226)
+    "DeleteShareGroupState": (86, 0, 0, 0),
+    "ReadShareGroupStateSummary": (87, 0, 1, 0),  # v1: DeliveryCompleteCount (KIP-1226)
 }
 
 # kio 0.6.5 versions that Kafka 4.2 does not offer as stable: name -> kio's highest version
 KIO_AHEAD = {
     "InitProducerId": 6,  # unstable in 4.2 (latestVersionUnstable)
     "DescribeLogDirs": 5,  # IsCordoned (KIP-1066), added after 4.2
+    "BrokerHeartbeat": 2,  # CordonedLogDirs (KIP-1066), added after 4.2
 }
 
 FILES = sorted((SCHEMA_DIR / "messages").glob("*.json")) + sorted((SCHEMA_DIR / "records").glob("*.json"))
@@ -244,7 +258,7 @@ def test_codecs_built(name: str) -> None:
 
 def test_records_definitions() -> None:
     kinds = {s.type for s in SPECS.values() if s.api_key is None or s.type not in ("request", "response")}
-    assert kinds <= {"header", "coordinator-key", "coordinator-value", "metadata"}
+    assert kinds <= {"header", "coordinator-key", "coordinator-value", "metadata", "data"}
     for name, spec in SPECS.items():
         if spec.type == "coordinator-key":
             value = SPECS.get(name[: -len("Key")] + "Value")
