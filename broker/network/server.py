@@ -34,7 +34,7 @@ from typing import Any
 
 import structlog
 
-from broker.apis import APIS, Api, RequestContext, error_response
+from broker.apis import APIS, Api, BrokerServices, RequestContext, error_response
 from broker.log.handles import OPEN_FILES, descriptor_limit
 from broker.log.segment import FileSlice
 from broker.observability.metrics import ApiStats
@@ -177,6 +177,7 @@ class Connection(asyncio.BufferedProtocol):
         self.socket_fd = -1  # the socket for os.sendfile; -1: every response goes through the transport
         self._release_held: Callable[[], None] | None = None  # see RequestContext.release_on_next_request
         self.on_close: list[Callable[[], None]] = []  # told once when the connection is gone (share sessions)
+        self.share_watched = False  # its share sessions end with it (on_close)
 
     # asyncio.BufferedProtocol --------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -613,7 +614,7 @@ class Connection(asyncio.BufferedProtocol):
 class KafkaServer:
     """Listening sockets plus the set of live connections."""
 
-    def __init__(self, broker: Any, max_request_size: int, idle_ms: int) -> None:
+    def __init__(self, broker: BrokerServices, max_request_size: int, idle_ms: int) -> None:
         self.broker = broker
         self.max_request_size = max_request_size
         self.idle_s = idle_ms / 1000.0

@@ -26,7 +26,15 @@ from typing import Any
 
 import structlog
 
-from broker.log import AppendOrigin, AppendResult, FetchDataInfo, Log, LogConfig, LogManager
+from broker.log import (
+    AppendOrigin,
+    AppendResult,
+    FetchDataInfo,
+    Log,
+    LogConfig,
+    LogManager,
+    TimestampAndOffset,
+)
 from broker.log.group_commit import GroupCommit
 from broker.log.txn_index import AbortedTxn
 from broker.partition.producer_snapshot import (
@@ -240,6 +248,10 @@ class Partition:
 
     def read(self, offset: int, max_bytes: int, isolation_level: int, min_one_message: bool = True) -> FetchDataInfo:
         return self.log.read(offset, max_bytes, self.fetch_bound(isolation_level), min_one_message)
+
+    def offset_for_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
+        """The first record at or after `timestamp` (ListOffsets, a share group's by_duration reset)."""
+        return self.log.offset_for_timestamp(timestamp)
 
     def add_waiter(self, waiter: asyncio.Future[None]) -> None:
         self._waiters.add(waiter)
