@@ -223,7 +223,8 @@ async def handle_share_fetch(ctx: RequestContext, request: M.ShareFetchRequest) 
     if not share_groups_enabled(ctx):
         return failed(UNSUPPORTED.code, UNSUPPORTED.message)
 
-    if not authorize(ctx, Op.READ, Res.GROUP, group_id):  # type: ignore[arg-type]  # (null: see below)
+    # a null group id is no resource name: the request is invalid (below), not looked up in the ACLs
+    if group_id is not None and not authorize(ctx, Op.READ, Res.GROUP, group_id):
         return failed(E.GROUP_AUTHORIZATION_FAILED, AUTHORIZATION_MESSAGES[E.GROUP_AUTHORIZATION_FAILED])
     if not group_id or not member_id:
         return failed(E.INVALID_REQUEST, "A share fetch needs a group id and a member id.")
@@ -308,7 +309,7 @@ async def handle_share_acknowledge(ctx: RequestContext, request: M.ShareAcknowle
     if not share_groups_enabled(ctx):
         return A(error_code=UNSUPPORTED.code, error_message=UNSUPPORTED.message, acquisition_lock_timeout_ms=lock_ms,
                  responses=[], node_endpoints=[])
-    if not authorize(ctx, Op.READ, Res.GROUP, group_id):  # type: ignore[arg-type]
+    if group_id is not None and not authorize(ctx, Op.READ, Res.GROUP, group_id):
         return A(error_code=E.GROUP_AUTHORIZATION_FAILED, error_message=AUTHORIZATION_MESSAGES[
             E.GROUP_AUTHORIZATION_FAILED], acquisition_lock_timeout_ms=lock_ms, responses=[], node_endpoints=[])
     if not group_id or not member_id:
