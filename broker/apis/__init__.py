@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from broker.apis.context import BrokerServices, ClientConnection, RequestContext
-from broker.apis.registry import APIS, Api, Handler, api
+from broker.apis.registry import APIS, Api, Handler, Intercept, api
 from protocol.errors import ErrorCode
 from protocol.messages import RESPONSES, MessageBase
 
@@ -50,5 +50,5 @@ def load_handlers() -> None:
     )
 
 
-__all__ = ["APIS", "Api", "BrokerServices", "ClientConnection", "Handler", "RequestContext", "api", "error_response",
-           "load_handlers"]
+__all__ = ["APIS", "Api", "BrokerServices", "ClientConnection", "Handler", "Intercept", "RequestContext", "api",
+           "error_response", "load_handlers"]

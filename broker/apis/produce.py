@@ -11,6 +11,7 @@ import structlog
 from broker.apis.context import RequestContext
 from broker.apis.registry import api
 from broker.apis.txn import verify_transactional_produce
+from broker.log.log import Buffer
 from broker.log.validation import RecordValidationError
 from broker.partition import Partition
 from broker.security.authz import Op, Res, authorize
@@ -28,7 +29,6 @@ from protocol.records import (
 )
 
 R = M.ProduceResponse
-Records = bytes | bytearray | memoryview  # a partition's records as decoded (the codec gives a view)
 log = structlog.get_logger("broker.produce")
 
 
@@ -39,7 +39,7 @@ def _partition_error(index: int, code: ErrorCode, message: str | None = None) ->
     )
 
 
-def check_produce_records(version: int, records: Records | None) -> KafkaError | None:
+def check_produce_records(version: int, records: Buffer | None) -> KafkaError | None:
     """Kafka's request-level checks of one partition's records: exactly one complete RecordBatch
     v2, and no zstd before v7 (the log validates the batch itself: CRC, sizes, timestamps)."""
     try:
@@ -61,14 +61,14 @@ def check_produce_records(version: int, records: Records | None) -> KafkaError |
     return None
 
 
-def _is_transactional(records: Records | None) -> bool:
+def _is_transactional(records: Buffer | None) -> bool:
     """Whether the (first) batch is transactional data: the attributes' transactional bit (control
     batches, which clients may not write, are left to the log's checks)."""
     return records is not None and len(records) > ATTRIBUTES_OFFSET + 1 and (
         records[ATTRIBUTES_OFFSET + 1] & (TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK)) == TRANSACTIONAL_FLAG_MASK
 
 
-async def _produce_partition(ctx: RequestContext, partition: Partition, index: int, records: Records,
+async def _produce_partition(ctx: RequestContext, partition: Partition, index: int, records: Buffer,
                              transactional_id: str | None) -> R.PartitionProduceResponse:
     broker = ctx.broker
     try:

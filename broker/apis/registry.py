@@ -9,7 +9,7 @@ version without a codec.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -19,8 +19,11 @@ from protocol.messages import REQUESTS, MessageBase
 # What the server calls: the registry holds handlers of every API, so their request is Any here;
 # each handler's own signature names its message classes (and tests/integration/
 # test_handler_types.py checks they are the API's).
-Handler = Callable[[RequestContext, Any], Awaitable[MessageBase | None]]
+Handler = Callable[[RequestContext, Any], Coroutine[Any, Any, MessageBase | None]]
 H = TypeVar("H", bound=Handler)
+# What runs instead of a handler when one is set for its API key (broker.testing's fault
+# injection, a simulated cluster's routing): it may call the handler, or answer itself.
+Intercept = Callable[[RequestContext, Any, Handler], Coroutine[Any, Any, MessageBase | None]]
 
 
 @dataclass(frozen=True)
@@ -56,4 +59,4 @@ def api(key: int, min_version: int | None = None, max_version: int | None = None
     return register
 
 
-__all__ = ["APIS", "Api", "Handler", "RequestContext", "api"]
+__all__ = ["APIS", "Api", "Handler", "Intercept", "RequestContext", "api"]

@@ -29,18 +29,19 @@ import os
 import struct
 import sys
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Generator
+from collections.abc import Callable, Coroutine, Generator
 from typing import Any
 
 import structlog
 
-from broker.apis import APIS, Api, BrokerServices, RequestContext, error_response
+from broker.apis import APIS, Api, BrokerServices, Intercept, RequestContext, error_response
 from broker.log.handles import OPEN_FILES, descriptor_limit
 from broker.log.segment import FileSlice
 from broker.observability.metrics import ApiStats
 from broker.security.connection import TlsAcceptor, new_authenticator, tls_principal
 from broker.security.listeners import Listener
 from broker.security.principal import ANONYMOUS
+from broker.security.quotas import ClientQuotas
 from broker.security.sasl.authenticator import Action, Outcome, SaslAuthenticator
 from protocol import frames
 from protocol.errors import ErrorCode, KafkaError, ProtocolError
@@ -626,8 +627,8 @@ class KafkaServer:
         self.sendfile_on_loopback = False  # to a loopback peer too (tests of the sendfile path)
         self.debug = _debug_enabled()  # read once: the logging configuration is set before the server starts
         # API key -> what runs instead of its handler (broker.testing's fault injection); empty normally
-        self.intercepts: dict[int, Callable[[Any, Any, Any], Awaitable[Any]]] = {}
-        self.quotas: Any = None  # broker.security.quotas.ClientQuotas, set once the metadata is loaded
+        self.intercepts: dict[int, Intercept] = {}
+        self.quotas: ClientQuotas | None = None  # set once the metadata is loaded
         self.routes: dict[tuple[int, int], _Route] = {}  # (API key, version) -> its route, as requests come
         self._reaper: asyncio.Task[None] | None = None
         # Connections and log files share the process's descriptors: past the limit a new

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import uuid
 from dataclasses import dataclass
-from typing import Any
 
 import structlog
 
@@ -36,6 +35,7 @@ from broker.log import (
     TimestampAndOffset,
 )
 from broker.log.group_commit import GroupCommit
+from broker.log.log import Buffer
 from broker.log.txn_index import AbortedTxn
 from broker.partition.producer_snapshot import (
     CorruptSnapshotError,
@@ -134,7 +134,7 @@ class Partition:
         return self.log.log_start_offset
 
     # writes ------------------------------------------------------------------------------------
-    def append_records(self, records: Any, verification: object | None = None) -> ProduceResult:
+    def append_records(self, records: Buffer, verification: VerificationState | None = None) -> ProduceResult:
         """Validate producer state, append, update state and wake fetchers (synchronous).
         `verification`: the guard of the verification of a transactional batch that opens a
         transaction here (start_verification)."""
@@ -172,7 +172,7 @@ class Partition:
         self.notify()
         return ProduceResult(result.first_offset, result.log_append_time, result.log_start_offset)
 
-    async def append(self, records: Any, verification: object | None = None) -> ProduceResult:
+    async def append(self, records: Buffer, verification: VerificationState | None = None) -> ProduceResult:
         """Append and return once the write is durable under the flush policy."""
         result = self.append_records(records, verification)
         if self.log.needs_flush():

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -43,7 +43,7 @@ from broker.share.engine import (
 )
 from broker.share.session import ShareSession, ShareSessionCache, TopicIdPartition
 from protocol.errors import ErrorCode, KafkaError
-from protocol.records import iter_batches
+from protocol.records import BatchHeader, iter_batches
 
 log = structlog.get_logger("broker.share")
 
@@ -368,7 +368,7 @@ class SharePartitionManager:
             return got, records.sub(positions[first], end)
         return got, bytes(records[positions[first]:end])
 
-    def _drop_aborted(self, member_id: str, entry: _Entry, got: list[AcquiredRecords], headers: list[Any]
+    def _drop_aborted(self, member_id: str, entry: _Entry, got: list[AcquiredRecords], headers: list[BatchHeader]
                       ) -> list[AcquiredRecords]:
         """read_committed: the acquired records of aborted transactions are archived at once (in
         the background, persisted like any change) and not handed out."""
@@ -601,7 +601,7 @@ class SharePartitionManager:
         except KafkaError:
             self._arm(entry, not_before=self.clock.now_ms() + EXPIRY_RETRY_MS)
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
