@@ -130,9 +130,11 @@ async def handle_produce(ctx: RequestContext, request: M.ProduceRequest) -> M.Pr
             elif request.acks not in (0, 1, -1):
                 out.partition_responses.append(_partition_error(p.index, ErrorCode.INVALID_REQUIRED_ACKS))
             else:
+                records = p.records
+                assert records is not None  # checked: one record batch
                 # a placeholder keeps the partitions in request order
                 pending.append((out.partition_responses, len(out.partition_responses),
-                                _produce_partition(ctx, partition, p.index, p.records, request.transactional_id)))
+                                _produce_partition(ctx, partition, p.index, records, request.transactional_id)))
                 out.partition_responses.append(None)  # type: ignore[arg-type]  # replaced below
     if pending:
         if len(pending) == 1:

@@ -178,7 +178,7 @@ async def handle_alter_client_quotas(ctx: RequestContext, request: M.AlterClient
     results: dict[Entity, tuple[dict[str, str | None], KafkaError | None]] = {}
     records: list[M.ClientQuotaRecord] = []
     for entity, entry in zip(entities, request.entries):
-        key: Entity = tuple(sorted(entity.items(), key=lambda item: item[0]))  # type: ignore[arg-type]
+        key: Entity = tuple(sorted(entity.items(), key=lambda item: item[0]))
         changes: dict[str, float | None] = {}
         error: KafkaError | None = None
         for op in entry.ops:

@@ -276,8 +276,8 @@ async def handle_share_fetch(ctx: RequestContext, request: M.ShareFetchRequest) 
                 request.max_records, max(request.batch_size, 1), mode == RECORD_LIMIT))
 
     full = epoch == INITIAL_EPOCH
-    order = list(dict.fromkeys([*(session.partitions if session is not None and full else ()),
-                                *fetch_results, *ack_results]))
+    order: list[TopicIdPartition] = list(dict.fromkeys([
+        *(session.partitions if session is not None and full else ()), *fetch_results, *ack_results]))
     by_topic: dict[uuid.UUID, F.ShareFetchableTopicResponse] = {}
     for tp in order:
         result = fetch_results.get(tp, PartitionResult())
