@@ -340,6 +340,9 @@ class Connection(asyncio.BufferedProtocol):
             if outcome.action is not Action.PASS:
                 await self._sasl_turn(outcome)
                 return
+        api_key: int
+        api_version: int
+        correlation_id: int
         try:
             api_key, api_version, correlation_id = _HEADER_FIXED.unpack_from(frame)
         except struct.error:
