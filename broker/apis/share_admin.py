@@ -16,17 +16,20 @@ in memory are dropped, so the next fetch reads the new state.
 from __future__ import annotations
 
 import uuid
+from typing import TYPE_CHECKING
 
 from broker.apis.context import BrokerServices, RequestContext
 from broker.apis.group import coordinator_of
 from broker.apis.registry import api
 from broker.apis.share import UNSUPPORTED, share_groups_enabled
-from broker.coordinator.share import ShareCoordinator
 from broker.security.acl import AUTHORIZATION_MESSAGES
 from broker.security.authz import Op, Res, authorize
 from broker.share.manager import SharePartitionManager
 from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:  # for annotations only (not imported with the handlers)
+    from broker.coordinator.share import ShareCoordinator
 
 E = ErrorCode
 DR = M.DescribeShareGroupOffsetsResponse
