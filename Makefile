@@ -27,6 +27,7 @@ check: $(VENV)/.installed
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 	$(PY) tools/check_cycles.py
+	$(PY) tools/check_handler_types.py
 
 bench: $(VENV)/.installed
 	$(PY) -m pip install --quiet -e '.[test,dev,bench]'

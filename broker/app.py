@@ -13,6 +13,7 @@ from typing import Any
 import structlog
 
 from broker.apis import load_handlers
+from broker.apis.context import TxnVerifier
 from broker.config import BrokerConfig, read_properties
 from broker.coordinator.group import GroupCoordinator, create_group_coordinator
 from broker.coordinator.group.group_config import GroupConfigs
@@ -39,7 +40,7 @@ from broker.network.server import KafkaServer
 from broker.observability.metrics import Metrics
 from broker.observability.state_metrics import BrokerStateCollector
 from broker.observability.telemetry import ClientTelemetry
-from broker.partition import PartitionManager
+from broker.partition import Partition, PartitionManager
 from broker.partition.log_dirs import LogDirMover
 from broker.security.authorizer import Authorizer
 from broker.security.listeners import build_listeners
@@ -311,7 +312,7 @@ class Broker:
             self._node_clients[node] = client
         return client
 
-    def txn_coordinator_for(self, transactional_id: str) -> Any:
+    def txn_coordinator_for(self, transactional_id: str) -> TxnVerifier:
         """The transaction coordinator of `transactional_id` as a partition leader asks it: this
         broker's, or a sibling process's (a process cluster)."""
         if self.process_node >= 0 and self.simulated is not None:
@@ -390,7 +391,7 @@ class Broker:
         else:
             self._share_metrics.manager = self.share_manager
 
-    def _share_partition(self, topic_id: uuid.UUID, index: int) -> Any:
+    def _share_partition(self, topic_id: uuid.UUID, index: int) -> Partition | None:
         topic = self.metadata.topic_by_id(topic_id)
         return None if topic is None else self.partitions.get(topic.name, index)
 
@@ -562,6 +563,13 @@ class Broker:
 
     def offline_nodes(self) -> set[int]:
         return set(self.simulated.down) if self.simulated is not None else set()
+
+    async def move_leader(self, topic: str, partition: int, to: int) -> None:
+        """The lead of a partition goes to node `to` (ElectLeaders; only a simulated cluster's
+        leaders move)."""
+        if self.simulated is None:
+            raise KafkaError(ErrorCode.ELECTION_NOT_NEEDED, "Leader election not needed for topic partition.")
+        await self.simulated.move_leader(topic, partition, to)
 
     def coordinator_node(self, key_type: int, key: str, listener: str | None = None) -> tuple[int, str, int] | None:
         """(node id, host, port) of the coordinator of a group id, transactional id or share

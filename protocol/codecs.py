@@ -6,6 +6,7 @@ stub tells the type checker the classes' fields).
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import Any
 
 from protocol import accel
@@ -52,13 +53,18 @@ def _decoder(codec: MessageCodec, version: int) -> Any:
     return fn
 
 
-def request_decoder(api_key: int, version: int) -> Any:
+# `(data, mv, pos) -> (request, end)`: `mv` a memoryview of `data`, `pos` where the body starts
+RequestDecoder = Callable[[bytes | bytearray | memoryview, memoryview, int], tuple[MessageBase, int]]
+
+
+def request_decoder(api_key: int, version: int) -> RequestDecoder:
     """The decoder `(data, mv, pos) -> (request, end)` of a request version (cached), for the
     server, which reads the header itself; it raises one of DECODE_ERRORS on malformed input."""
     codec = REQUESTS.get(api_key)
     if codec is None:
         raise ProtocolError("unknown api key %d" % api_key, ErrorCode.UNSUPPORTED_VERSION)
-    return _decoder(codec, version)
+    decode: RequestDecoder = _decoder(codec, version)
+    return decode
 
 
 def _decode(codec: MessageCodec, version: int, data: Any, strict: bool = True) -> Any:

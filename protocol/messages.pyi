@@ -2095,8 +2095,8 @@ class ProduceRequest(MessageBase):
         def __init__(self, name: str = ..., topic_id: uuid.UUID = ..., partition_data: list[ProduceRequest.PartitionProduceData] = ...) -> None: ...
     class PartitionProduceData(MessageBase):
         index: int
-        records: Any
-        def __init__(self, index: int = ..., records: Any = ...) -> None: ...
+        records: bytes | bytearray | memoryview | None
+        def __init__(self, index: int = ..., records: bytes | bytearray | memoryview | None = ...) -> None: ...
     transactional_id: str | None
     acks: int
     timeout_ms: int

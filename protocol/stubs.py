@@ -6,8 +6,9 @@ The classes are built at import time (protocol.codegen), so the type checker can
 fields; the stub declares each definition's class with its fields and constructor, its structs
 nested in it as at run time (`OffsetCommitRequest.OffsetCommitRequestTopic`), and re-exports the
 functions of protocol.codecs. One class carries the fields of every version, so a field is
-optional (`| None`) when some version lets it be null or its default is null. Records values are
-`Any`: the broker passes bytes, memoryviews and log file slices through them.
+optional (`| None`) when some version lets it be null or its default is null. Records values of
+a request are the bytes decoded (a memoryview into the frame; bytes when built by hand); those of
+other messages are `Any`: the broker passes bytes, memoryviews and log file slices through them.
 tests/protocol/test_stubs.py checks that the stub in the tree is what this renders.
 """
 
@@ -30,7 +31,7 @@ _SCALARS = {
     "bool": "bool",
     "string": "str",
     "bytes": "bytes",
-    "records": "Any",
+    "records": "Any",  # in a request: REQUEST_RECORDS
     "uuid": "uuid.UUID",
 }
 
@@ -44,10 +45,16 @@ from protocol.codecs import (
 '''
 
 
-def field_type(root: StructSpec, f: FieldSpec) -> str:
-    """The annotation of a field of a class nested in (or being) `root`'s class."""
+REQUEST_RECORDS = "bytes | bytearray | memoryview"
+
+
+def field_type(root: StructSpec, f: FieldSpec, request: bool = False) -> str:
+    """The annotation of a field of a class nested in (or being) `root`'s class (`request`: of a
+    request message)."""
     if f.struct is not None:
         base = root.name if f.struct is root else "%s.%s" % (root.name, f.struct.name)
+    elif request and f.elem_type == "records":
+        base = REQUEST_RECORDS
     else:
         base = _SCALARS[f.elem_type]
     annotation = "list[%s]" % base if f.is_array else base
@@ -56,14 +63,14 @@ def field_type(root: StructSpec, f: FieldSpec) -> str:
     return annotation
 
 
-def _class(root: StructSpec, s: StructSpec, indent: str, nested: list[StructSpec]) -> list[str]:
+def _class(root: StructSpec, s: StructSpec, indent: str, nested: list[StructSpec], request: bool) -> list[str]:
     lines = ["%sclass %s(MessageBase):" % (indent, s.name)]
     inner = indent + "    "
     for n in nested:
-        lines += _class(root, n, inner, [])
+        lines += _class(root, n, inner, [], request)
     params = []
     for f in s.fields:
-        annotation = field_type(root, f)
+        annotation = field_type(root, f, request)
         lines.append("%s%s: %s" % (inner, f.attr, annotation))
         params.append("%s: %s = ..." % (f.attr, annotation))
     lines.append("%sdef __init__(self%s) -> None: ..." % (inner, "".join(", " + p for p in params)))
@@ -72,7 +79,7 @@ def _class(root: StructSpec, s: StructSpec, indent: str, nested: list[StructSpec
 
 def message_stub(spec: MessageSpec) -> list[str]:
     nested = [s for name, s in spec.structs.items() if name != spec.root.name]
-    return _class(spec.root, spec.root, "", nested)
+    return _class(spec.root, spec.root, "", nested, spec.type == "request")
 
 
 def render() -> str:

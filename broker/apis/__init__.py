@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from broker.apis.registry import APIS, Api, RequestContext, api
+from broker.apis.context import BrokerServices, ClientConnection, RequestContext
+from broker.apis.registry import APIS, Api, Handler, Intercept, api
 from protocol.errors import ErrorCode
-from protocol.messages import RESPONSES
+from protocol.messages import RESPONSES, MessageBase
 
 
-def error_response(api_key: int, request: Any, code: ErrorCode, version: int = 0) -> Any:
+def error_response(api_key: int, request: MessageBase | None, code: ErrorCode, version: int = 0) -> MessageBase | None:
     """A response carrying `code` for a request that failed as a whole, or None if that version of
     the response has no top-level error code (the connection is then closed, as Kafka does)."""
     if api_key == 18:
@@ -51,4 +50,5 @@ def load_handlers() -> None:
     )
 
 
-__all__ = ["APIS", "Api", "RequestContext", "api", "error_response", "load_handlers"]
+__all__ = ["APIS", "Api", "BrokerServices", "ClientConnection", "Handler", "Intercept", "RequestContext", "api",
+           "error_response", "load_handlers"]

@@ -13,10 +13,11 @@ for each ACL a filter matches. Records are durable in the metadata log before th
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from enum import IntEnum
 
 import structlog
 
+from broker.apis.context import RequestContext
 from broker.apis.registry import api
 from broker.security.acl import CLUSTER_NAME, AclOperation, PatternType, PermissionType, ResourceType
 from broker.security.authorizer import Acl
@@ -29,7 +30,7 @@ log = structlog.get_logger("broker.acls")
 MAX_RECORDS_PER_USER_OP = 10_000  # QuorumController's bound on the records of one request
 
 
-def _known(enum_type: Any, code: int) -> bool:
+def _known(enum_type: type[IntEnum], code: int) -> bool:
     return code in enum_type._value2member_map_ and code != 0
 
 
@@ -38,7 +39,7 @@ def _filter_is_known(resource_type: int, pattern_type: int, operation: int, perm
             and _known(AclOperation, operation) and _known(PermissionType, permission))
 
 
-def _refuse(ctx: Any, what: str) -> None:
+def _refuse(ctx: RequestContext, what: str) -> None:
     log.warning("closing connection: invalid request", api=what, peer=ctx.client_host,
                 error="contains UNKNOWN elements")
     ctx.connection.close()
@@ -47,7 +48,7 @@ def _refuse(ctx: Any, what: str) -> None:
 class AclFilter:
     """An AclBindingFilter: resource pattern filter and access control entry filter."""
 
-    def __init__(self, f: Any) -> None:
+    def __init__(self, f: M.DescribeAclsRequest | M.DeleteAclsRequest.DeleteAclsFilter) -> None:
         self.resource_type = f.resource_type_filter
         self.name = f.resource_name_filter
         self.pattern_type = f.pattern_type_filter
@@ -79,11 +80,11 @@ class AclFilter:
         return self.permission == PermissionType.ANY or self.permission == acl.permission
 
 
-def _disabled(ctx: Any) -> bool:
+def _disabled(ctx: RequestContext) -> bool:
     return ctx.broker.authorizer is None
 
 
-def _alter_refusal(ctx: Any) -> tuple[ErrorCode, str | None] | None:
+def _alter_refusal(ctx: RequestContext) -> tuple[ErrorCode, str | None] | None:
     """Why CreateAcls/DeleteAcls answers every item with an error (ALTER on the cluster is needed,
     and an authorizer), or None."""
     if not authorize_cluster(ctx, Op.ALTER):
@@ -95,7 +96,7 @@ def _alter_refusal(ctx: Any) -> tuple[ErrorCode, str | None] | None:
 
 # ----- DescribeAcls --------------------------------------------------------------------------
 @api(29)
-async def handle_describe_acls(ctx: Any, request: Any) -> Any:
+async def handle_describe_acls(ctx: RequestContext, request: M.DescribeAclsRequest) -> M.DescribeAclsResponse | None:
     R = M.DescribeAclsResponse
     if not _filter_is_known(request.resource_type_filter, request.pattern_type_filter, request.operation,
                             request.permission_type):
@@ -103,12 +104,13 @@ async def handle_describe_acls(ctx: Any, request: Any) -> Any:
         return None
     if not authorize_cluster(ctx, Op.DESCRIBE):
         return R(throttle_time_ms=0, error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), resources=[])
-    if _disabled(ctx):
+    authorizer = ctx.broker.authorizer
+    if authorizer is None:
         return R(throttle_time_ms=0, error_code=int(ErrorCode.SECURITY_DISABLED),
                  error_message="No Authorizer is configured on the broker", resources=[])
     wanted = AclFilter(request)
-    grouped: dict[tuple[int, str, int], list[Any]] = {}
-    for acl in ctx.broker.authorizer.acls():
+    grouped: dict[tuple[int, str, int], list[M.DescribeAclsResponse.AclDescription]] = {}
+    for acl in authorizer.acls():
         if wanted.matches(acl):
             grouped.setdefault((acl.resource_type, acl.resource_name, acl.pattern_type), []).append(
                 R.AclDescription(principal=acl.principal, host=acl.host, operation=acl.operation,
@@ -120,7 +122,7 @@ async def handle_describe_acls(ctx: Any, request: Any) -> Any:
 
 
 # ----- CreateAcls ----------------------------------------------------------------------------
-def _creation_error(c: Any) -> str | None:
+def _creation_error(c: M.CreateAclsRequest.AclCreation) -> str | None:
     """Why a creation is refused (INVALID_REQUEST), or None (AclApis then AclControlManager)."""
     if c.resource_type == ResourceType.CLUSTER and c.resource_name != CLUSTER_NAME:
         return "The only valid name for the CLUSTER resource is " + CLUSTER_NAME
@@ -142,7 +144,7 @@ def _creation_error(c: Any) -> str | None:
 
 
 @api(30)
-async def handle_create_acls(ctx: Any, request: Any) -> Any:
+async def handle_create_acls(ctx: RequestContext, request: M.CreateAclsRequest) -> M.CreateAclsResponse | None:
     R = M.CreateAclsResponse
     if not all(_filter_is_known(c.resource_type, c.resource_pattern_type, c.operation, c.permission_type)
                for c in request.creations):
@@ -152,8 +154,10 @@ async def handle_create_acls(ctx: Any, request: Any) -> Any:
     if refusal is not None:
         return R(throttle_time_ms=0, results=[
             R.AclCreationResult(error_code=int(refusal[0]), error_message=refusal[1]) for _ in request.creations])
+    authorizer = ctx.broker.authorizer
+    assert authorizer is not None  # not refused: there is one
     existing = {(a.resource_type, a.resource_name, a.pattern_type, a.principal, a.host, a.operation, a.permission)
-                for a in ctx.broker.authorizer.acls()}
+                for a in authorizer.acls()}
     results = []
     records = []
     for c in request.creations:
@@ -181,7 +185,7 @@ async def handle_create_acls(ctx: Any, request: Any) -> Any:
 
 # ----- DeleteAcls ----------------------------------------------------------------------------
 @api(31)
-async def handle_delete_acls(ctx: Any, request: Any) -> Any:
+async def handle_delete_acls(ctx: RequestContext, request: M.DeleteAclsRequest) -> M.DeleteAclsResponse | None:
     R = M.DeleteAclsResponse
     if not all(_filter_is_known(f.resource_type_filter, f.pattern_type_filter, f.operation, f.permission_type)
                for f in request.filters):
@@ -192,8 +196,10 @@ async def handle_delete_acls(ctx: Any, request: Any) -> Any:
         return R(throttle_time_ms=0, filter_results=[
             R.DeleteAclsFilterResult(error_code=int(refusal[0]), error_message=refusal[1], matching_acls=[])
             for _ in request.filters])
-    acls = ctx.broker.authorizer.acls()
-    removed: dict[uuid.UUID, Any] = {}
+    authorizer = ctx.broker.authorizer
+    assert authorizer is not None  # not refused: there is one
+    acls = authorizer.acls()
+    removed: dict[uuid.UUID, M.RemoveAccessControlEntryRecord] = {}
     results = []
     for f in request.filters:
         wanted = AclFilter(f)

@@ -6,17 +6,16 @@ the cluster has finalized, with the offset of the last metadata record as the ep
 
 from __future__ import annotations
 
-from typing import Any
-
+from broker.apis.context import RequestContext
 from broker.apis.registry import APIS, api
 from broker.metadata import features
+from protocol import messages as M
 from protocol.errors import ErrorCode
-from protocol.messages import ApiVersionsResponse
 
-R = ApiVersionsResponse
+R = M.ApiVersionsResponse
 
 
-def api_versions_body(code: ErrorCode = ErrorCode.NONE) -> Any:
+def api_versions_body(code: ErrorCode = ErrorCode.NONE) -> M.ApiVersionsResponse:
     keys = [
         R.ApiVersion(api_key=a.key, min_version=a.min_version, max_version=a.max_version)
         for a in sorted(APIS.values(), key=lambda a: a.key)
@@ -25,7 +24,7 @@ def api_versions_body(code: ErrorCode = ErrorCode.NONE) -> Any:
 
 
 @api(18)
-async def handle_api_versions(ctx: Any, request: Any) -> Any:
+async def handle_api_versions(ctx: RequestContext, request: M.ApiVersionsRequest) -> M.ApiVersionsResponse:
     response = api_versions_body()
     if ctx.api_version >= 3:
         ctx.connection.client_software = (request.client_software_name, request.client_software_version)

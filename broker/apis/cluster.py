@@ -4,33 +4,29 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from typing import Any
 
 import structlog
 
+from broker.apis.context import BrokerServices, RequestContext
 from broker.apis.metadata import cluster_authorized_operations
 from broker.apis.registry import api
 from broker.metadata import validate_topic_name
+from broker.partition import Partition
 from broker.security.authz import Op, Res, authorize, authorize_cluster, listener_of
+from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
-from protocol.messages import (
-    AlterReplicaLogDirsResponse,
-    DescribeClusterResponse,
-    DescribeLogDirsResponse,
-    DescribeProducersResponse,
-)
 
 ENDPOINT_BROKER = 1
 ENDPOINT_CONTROLLER = 2
 LONG_MAX = (1 << 63) - 1
 CLUSTER_METADATA_TOPIC = "__cluster_metadata"  # the metadata log lives in a log dir but is not a topic
 
-DC = DescribeClusterResponse
+DC = M.DescribeClusterResponse
 log = structlog.get_logger("broker.cluster")
 
 
 @api(60)
-async def handle_describe_cluster(ctx: Any, request: Any) -> Any:
+async def handle_describe_cluster(ctx: RequestContext, request: M.DescribeClusterRequest) -> M.DescribeClusterResponse:
     broker = ctx.broker
     endpoint = request.endpoint_type if ctx.api_version >= 1 else ENDPOINT_BROKER
     if endpoint not in (ENDPOINT_BROKER, ENDPOINT_CONTROLLER):
@@ -52,7 +48,7 @@ async def handle_describe_cluster(ctx: Any, request: Any) -> Any:
     )
 
 
-L = DescribeLogDirsResponse
+L = M.DescribeLogDirsResponse
 
 
 def _disk_space(path: str) -> tuple[int, int]:
@@ -61,11 +57,12 @@ def _disk_space(path: str) -> tuple[int, int]:
     return min(st.f_blocks * st.f_frsize, LONG_MAX), min(st.f_bavail * st.f_frsize, LONG_MAX)
 
 
-def describe_log_dir(broker: Any, log_dir: str, wanted: set[tuple[str, int]] | None) -> Any:
+def describe_log_dir(broker: BrokerServices, log_dir: str, wanted: set[tuple[str, int]] | None
+                     ) -> L.DescribeLogDirsResult:
     """One log dir as ReplicaManager.describeLogDirs reports it: its partitions (and the future
     replicas being copied into it) among `wanted` (None: all), topics without any left out."""
     logs = broker.logs
-    topics: dict[str, list[Any]] = defaultdict(list)
+    topics: dict[str, list[L.DescribeLogDirsPartition]] = defaultdict(list)
     for (topic, index), log in sorted(logs.logs.items()):
         if topic == CLUSTER_METADATA_TOPIC or (wanted is not None and (topic, index) not in wanted):
             continue
@@ -89,7 +86,7 @@ def describe_log_dir(broker: Any, log_dir: str, wanted: set[tuple[str, int]] | N
 
 
 @api(35)
-async def handle_describe_log_dirs(ctx: Any, request: Any) -> Any:
+async def handle_describe_log_dirs(ctx: RequestContext, request: M.DescribeLogDirsRequest) -> M.DescribeLogDirsResponse:
     broker = ctx.broker
     if not authorize_cluster(ctx, Op.DESCRIBE):
         return L(throttle_time_ms=0, error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), results=[])
@@ -100,11 +97,12 @@ async def handle_describe_log_dirs(ctx: Any, request: Any) -> Any:
              results=[describe_log_dir(broker, d, wanted) for d in broker.logs.log_dirs])
 
 
-A = AlterReplicaLogDirsResponse
+A = M.AlterReplicaLogDirsResponse
 
 
 @api(34)
-async def handle_alter_replica_log_dirs(ctx: Any, request: Any) -> Any:
+async def handle_alter_replica_log_dirs(ctx: RequestContext, request: M.AlterReplicaLogDirsRequest
+                                        ) -> M.AlterReplicaLogDirsResponse:
     """Each partition starts moving to its directory (the answer does not wait for the copy); the
     errors are ReplicaManager.alterReplicaLogDirs'."""
     targets: dict[tuple[str, int], str] = {}
@@ -113,7 +111,7 @@ async def handle_alter_replica_log_dirs(ctx: Any, request: Any) -> Any:
             for p in t.partitions:
                 targets[(t.name, p)] = d.path
     allowed = authorize_cluster(ctx, Op.ALTER)
-    results: dict[str, list[Any]] = defaultdict(list)
+    results: dict[str, list[A.AlterReplicaLogDirPartitionResult]] = defaultdict(list)
     for (topic, index), path in targets.items():
         code = ErrorCode.NONE if allowed else ErrorCode.CLUSTER_AUTHORIZATION_FAILED
         try:
@@ -127,10 +125,10 @@ async def handle_alter_replica_log_dirs(ctx: Any, request: Any) -> Any:
                                           for t, p in results.items()])
 
 
-DP = DescribeProducersResponse
+DP = M.DescribeProducersResponse
 
 
-def active_producers(partition: Any) -> list[Any]:
+def active_producers(partition: Partition) -> list[DP.ProducerState]:
     return [
         DP.ProducerState(producer_id=pid, producer_epoch=entry.epoch, last_sequence=entry.last_seq,
                          last_timestamp=entry.last_timestamp, coordinator_epoch=entry.coordinator_epoch,
@@ -140,7 +138,7 @@ def active_producers(partition: Any) -> list[Any]:
 
 
 @api(61)
-async def handle_describe_producers(ctx: Any, request: Any) -> Any:
+async def handle_describe_producers(ctx: RequestContext, request: M.DescribeProducersRequest) -> M.DescribeProducersResponse:
     broker = ctx.broker
     topics = []
     for t in request.topics:

@@ -13,24 +13,24 @@ ClientMetricsConfigs does and store it in the metadata log.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
+from broker.apis.context import BrokerServices, RequestContext
 from broker.apis.registry import api
 from broker.metadata import RESOURCE_BROKER, RESOURCE_CLIENT_METRICS, RESOURCE_GROUP, RESOURCE_TOPIC
 from broker.observability.telemetry.manager import MATCH, METRICS, validate_subscription
 from broker.security.authz import Op, authorize_cluster
+from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
-from protocol.messages import DescribeConfigsResponse, ListConfigResourcesResponse
 
 RESOURCE_BROKER_LOGGER = 8
 CLIENT_METRICS_CONFIG = 7  # DescribeConfigsResponse.ConfigSource
 V1_TYPES = (RESOURCE_TOPIC, RESOURCE_BROKER, RESOURCE_BROKER_LOGGER, RESOURCE_CLIENT_METRICS, RESOURCE_GROUP)
 
-D = DescribeConfigsResponse
-LC = ListConfigResourcesResponse
+D = M.DescribeConfigsResponse
+LC = M.ListConfigResourcesResponse
 
 
-def describe_client_metrics(broker: Any, name: str, keys: list[str] | None) -> Any:
+def describe_client_metrics(broker: BrokerServices, name: str, keys: list[str] | None) -> D.DescribeConfigsResult:
     if not name:
         raise KafkaError(ErrorCode.INVALID_REQUEST, "Client metrics subscription name must not be empty")
     configs = broker.metadata.image.resource_configs[RESOURCE_CLIENT_METRICS].get(name, {})
@@ -45,11 +45,11 @@ def client_metrics_list_type(name: str) -> bool:
     return name in (METRICS, MATCH)
 
 
-def current_client_metrics(broker: Any, name: str) -> dict[str, str]:
+def current_client_metrics(broker: BrokerServices, name: str) -> dict[str, str]:
     return dict(broker.metadata.image.resource_configs[RESOURCE_CLIENT_METRICS].get(name, {}))
 
 
-def alter_client_metrics(broker: Any, name: str, new_configs: Mapping[str, str], changes: dict[str, str | None],
+def alter_client_metrics(broker: BrokerServices, name: str, new_configs: Mapping[str, str], changes: dict[str, str | None],
                          validate_only: bool) -> None:
     validate_subscription(name, new_configs)
     if not validate_only and changes:
@@ -57,7 +57,8 @@ def alter_client_metrics(broker: Any, name: str, new_configs: Mapping[str, str],
 
 
 @api(74)
-async def handle_list_config_resources(ctx: Any, request: Any) -> Any:
+async def handle_list_config_resources(ctx: RequestContext, request: M.ListConfigResourcesRequest
+                                       ) -> M.ListConfigResourcesResponse:
     broker = ctx.broker
     if not authorize_cluster(ctx, Op.DESCRIBE_CONFIGS):
         return LC(throttle_time_ms=0, error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), config_resources=[])

@@ -16,9 +16,8 @@ Topics (resource type 2) and the broker (type 4) are served the way Kafka 4.x se
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from broker.apis.config_resources import (
     alter_client_metrics,
@@ -26,6 +25,7 @@ from broker.apis.config_resources import (
     current_client_metrics,
     describe_client_metrics,
 )
+from broker.apis.context import BrokerServices, RequestContext
 from broker.apis.registry import api
 from broker.config import PROPS, BrokerConfig, base_property
 from broker.coordinator.group.group_config import GROUP_CONFIG_DEFS, default_value, validate_group_configs
@@ -42,12 +42,8 @@ from broker.metadata import (
 from broker.metadata.dynamic_config import check_update, is_dynamic, listener_base_name
 from broker.security.acl import AUTHORIZATION_MESSAGES
 from broker.security.authz import CLUSTER_NAME, Op, Res, authorize, error_for
+from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
-from protocol.messages import (
-    AlterConfigsResponse,
-    DescribeConfigsResponse,
-    IncrementalAlterConfigsResponse,
-)
 
 RESOURCE_BROKER_LOGGER = 8
 
@@ -139,7 +135,7 @@ def broker_synonyms(name: str) -> list[str]:
     return [name]
 
 
-def render(value: Any) -> str | None:
+def render(value: object) -> str | None:
     """A config value as Kafka writes it (booleans in lower case, lists comma-separated)."""
     if value is None:
         return None
@@ -250,7 +246,8 @@ def effective_topic_configs(topic_props: Mapping[str, str], config: BrokerConfig
 # ---------------------------------------------------------------------------------------------
 # DescribeConfigs
 
-D = DescribeConfigsResponse
+D = M.DescribeConfigsResponse
+ConfigEntry = D.DescribeConfigsResourceResult
 
 
 def _config_type(type_name: str | None) -> int:
@@ -263,7 +260,7 @@ def _wanted(keys: list[str] | None, name: str) -> bool:
 
 def describe_topic(
     topic_props: Mapping[str, str], config: BrokerConfig, keys: list[str] | None, synonyms: bool, docs: bool
-) -> list[Any]:
+) -> list[ConfigEntry]:
     out = []
     for name in topic_config_names(topic_props):
         if not _wanted(keys, name):
@@ -285,7 +282,7 @@ def describe_topic(
     return out
 
 
-def _synonym_results(found: Iterable[Synonym]) -> list[Any]:
+def _synonym_results(found: Iterable[Synonym]) -> list[D.DescribeConfigsSynonym]:
     return [D.DescribeConfigsSynonym(name=s.name, value=s.value, source=s.source) for s in found]
 
 
@@ -298,7 +295,7 @@ def broker_config_value(config: BrokerConfig, name: str) -> str | None:
 
 def describe_broker(
     config: BrokerConfig, per_broker: bool, keys: list[str] | None, synonyms: bool, docs: bool
-) -> list[Any]:
+) -> list[ConfigEntry]:
     """A node's configs (per_broker) or the cluster-wide dynamic defaults (resource name "")."""
     if per_broker:
         names = sorted(set(PROPS) | set(config.raw) | set(config.dynamic_default) | set(config.dynamic_broker))
@@ -325,7 +322,7 @@ def describe_broker(
 
 
 def describe_group(config: BrokerConfig, overrides: Mapping[str, str], keys: list[str] | None, synonyms: bool,
-                   docs: bool) -> list[Any]:
+                   docs: bool) -> list[ConfigEntry]:
     """A group's configs: its overrides (GROUP_CONFIG), else the broker's values (Kafka's
     ConfigHelper for GROUP resources)."""
     out = []
@@ -364,7 +361,8 @@ def _broker_id(name: str, node_id: int, what: str) -> None:
                          "Unexpected broker id, expected %s, but received %s" % (expected, name))
 
 
-def _describe_resource(broker: Any, resource: Any, synonyms: bool, docs: bool) -> Any:
+def _describe_resource(broker: BrokerServices, resource: M.DescribeConfigsRequest.DescribeConfigsResource, synonyms: bool,
+                       docs: bool) -> D.DescribeConfigsResult:
     rtype, name, keys = resource.resource_type, resource.resource_name, resource.configuration_keys
     if rtype == RESOURCE_TOPIC:
         validate_topic_name(name)
@@ -393,7 +391,7 @@ def _type_name(rtype: int) -> str:
 _CONFIG_RESOURCE_TYPES = (RESOURCE_TOPIC, RESOURCE_BROKER, RESOURCE_BROKER_LOGGER, RESOURCE_CLIENT_METRICS, 32)
 
 
-def config_access(ctx: Any, rtype: int, name: str, operation: Op) -> KafkaError | None:
+def config_access(ctx: RequestContext, rtype: int, name: str, operation: Op) -> KafkaError | None:
     """Whether the principal may describe (DESCRIBE_CONFIGS) or alter (ALTER_CONFIGS) a config
     resource: a topic's or a group's own, the cluster's for the broker, its loggers and client
     metrics (ConfigHelper, ControllerApis.authorizeAlterResource); the error if not."""
@@ -407,7 +405,7 @@ def config_access(ctx: Any, rtype: int, name: str, operation: Op) -> KafkaError 
 
 
 @api(32)
-async def handle_describe_configs(ctx: Any, request: Any) -> Any:
+async def handle_describe_configs(ctx: RequestContext, request: M.DescribeConfigsRequest) -> M.DescribeConfigsResponse:
     docs = ctx.api_version >= 3 and request.include_documentation
     results = []
     for resource in request.resources:
@@ -465,7 +463,8 @@ def _list_parts(value: str | None) -> list[str]:
 
 
 def apply_incremental(
-    current: Mapping[str, str], ops: list[tuple[str, int, str | None]], list_type: Any, default: Any, broker: bool
+    current: Mapping[str, str], ops: list[tuple[str, int, str | None]], list_type: Callable[[str], bool],
+    default: Callable[[str], str | None], broker: bool
 ) -> dict[str, str | None]:
     """The new values (None: removed) of the keys named by SET/DELETE/APPEND/SUBTRACT operations."""
     changes: dict[str, str | None] = {}
@@ -513,7 +512,7 @@ def _broker_list_type(name: str) -> bool:
     return prop.type == "list"
 
 
-def validate_topic_configs(broker: Any, props: Mapping[str, str]) -> None:
+def validate_topic_configs(broker: BrokerServices, props: Mapping[str, str]) -> None:
     """Kafka's LogConfig validation of a topic's whole set of configs (INVALID_CONFIG)."""
     for name in props:
         if name not in TOPIC_CONFIG_DEFS and name not in INTERNAL_TOPIC_CONFIG_DEFS:
@@ -521,7 +520,18 @@ def validate_topic_configs(broker: Any, props: Mapping[str, str]) -> None:
     broker.validate_topic_configs(dict(props))
 
 
-def _check_resource(request_configs: list[Any], nulls_allowed: Any) -> None:
+# AlterConfigs and IncrementalAlterConfigs name their resources alike; the incremental one's
+# configs carry an operation
+AlterResource = M.AlterConfigsRequest.AlterConfigsResource | M.IncrementalAlterConfigsRequest.AlterConfigsResource
+AlterableConfig = M.AlterConfigsRequest.AlterableConfig | M.IncrementalAlterConfigsRequest.AlterableConfig
+
+
+def _is_delete(c: AlterableConfig) -> bool:
+    return isinstance(c, M.IncrementalAlterConfigsRequest.AlterableConfig) and c.config_operation == OP_DELETE
+
+
+def _check_resource(request_configs: Sequence[AlterableConfig], nulls_allowed: Callable[[AlterableConfig], bool]
+                    ) -> None:
     counts = Counter(c.name for c in request_configs)
     if any(n > 1 for n in counts.values()):
         raise KafkaError(ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
@@ -530,7 +540,7 @@ def _check_resource(request_configs: list[Any], nulls_allowed: Any) -> None:
         raise KafkaError(ErrorCode.INVALID_REQUEST, "Null value not supported for : " + ", ".join(nulls))
 
 
-def _alter_topic(broker: Any, name: str, new_configs: dict[str, str], changes: dict[str, str | None],
+def _alter_topic(broker: BrokerServices, name: str, new_configs: dict[str, str], changes: dict[str, str | None],
                  validate_only: bool) -> None:
     if not name:
         raise KafkaError(ErrorCode.INVALID_REQUEST, "Default topic resources are not allowed.")
@@ -542,7 +552,7 @@ def _alter_topic(broker: Any, name: str, new_configs: dict[str, str], changes: d
         broker.alter_topic_configs(name, changes)
 
 
-def _check_elr_min_isr(broker: Any, name: str, changes: Mapping[str, str | None]) -> None:
+def _check_elr_min_isr(broker: BrokerServices, name: str, changes: Mapping[str, str | None]) -> None:
     """With ELR on (KIP-966), min.insync.replicas is cluster-wide only: Kafka's controller refuses a
     per-broker value and the removal of the cluster-level one."""
     if MIN_INSYNC_REPLICAS not in changes or broker.metadata.feature_level(features.ELR_VERSION) < 1:
@@ -555,7 +565,7 @@ def _check_elr_min_isr(broker: Any, name: str, changes: Mapping[str, str | None]
                          % MIN_INSYNC_REPLICAS)
 
 
-def _alter_broker(broker: Any, name: str, new_configs: dict[str, str], changes: dict[str, str | None],
+def _alter_broker(broker: BrokerServices, name: str, new_configs: dict[str, str], changes: dict[str, str | None],
                   validate_only: bool) -> None:
     validate_broker_configs(new_configs, per_broker=bool(name))
     _check_elr_min_isr(broker, name, changes)
@@ -564,7 +574,7 @@ def _alter_broker(broker: Any, name: str, new_configs: dict[str, str], changes: 
         broker.apply_dynamic_configs()
 
 
-def _alter_group(broker: Any, name: str, new_configs: dict[str, str], changes: dict[str, str | None],
+def _alter_group(broker: BrokerServices, name: str, new_configs: dict[str, str], changes: dict[str, str | None],
                  validate_only: bool) -> None:
     validate_group_configs(new_configs, broker.config.get)
     if not validate_only and changes:
@@ -572,7 +582,7 @@ def _alter_group(broker: Any, name: str, new_configs: dict[str, str], changes: d
         broker.group_configs_changed(name)
 
 
-def _current_configs(broker: Any, rtype: int, name: str) -> dict[str, str]:
+def _current_configs(broker: BrokerServices, rtype: int, name: str) -> dict[str, str]:
     if rtype == RESOURCE_TOPIC:
         info = broker.metadata.topic(name)
         return dict(info.configs) if info is not None else {}
@@ -583,10 +593,11 @@ def _current_configs(broker: Any, rtype: int, name: str) -> dict[str, str]:
     return dict(broker.metadata.image.broker_configs.get(name, {}))
 
 
-def _alter_resource(broker: Any, resource: Any, validate_only: bool, incremental: bool) -> None:
+def _alter_resource(broker: BrokerServices, resource: AlterResource, validate_only: bool) -> None:
     rtype, name = resource.resource_type, resource.resource_name
+    incremental = isinstance(resource, M.IncrementalAlterConfigsRequest.AlterConfigsResource)
     if incremental:
-        _check_resource(resource.configs, lambda c: c.config_operation == OP_DELETE)
+        _check_resource(resource.configs, _is_delete)
     else:
         _check_resource(resource.configs, lambda c: False)
     if rtype == RESOURCE_BROKER:
@@ -597,7 +608,7 @@ def _alter_resource(broker: Any, resource: Any, validate_only: bool, incremental
     elif rtype not in (RESOURCE_TOPIC, RESOURCE_CLIENT_METRICS):
         raise KafkaError(ErrorCode.INVALID_REQUEST, "Unknown resource type %d" % rtype)
     current = _current_configs(broker, rtype, name)
-    if incremental:
+    if isinstance(resource, M.IncrementalAlterConfigsRequest.AlterConfigsResource):
         ops = [(c.name, c.config_operation, c.value) for c in resource.configs]
         if rtype == RESOURCE_TOPIC:
             changes = apply_incremental(current, ops, _topic_list_type, _topic_default, broker=False)
@@ -622,10 +633,11 @@ def _alter_resource(broker: Any, resource: Any, validate_only: bool, incremental
         _alter_broker(broker, name, new_configs, changes, validate_only)
 
 
-def _alter(ctx: Any, request: Any, incremental: bool, cls: Any) -> Any:
-    keys = Counter((r.resource_type, r.resource_name) for r in request.resources)
-    responses = []
-    for resource in request.resources:
+def _alter(ctx: RequestContext, resources: Sequence[AlterResource], validate_only: bool) -> list[KafkaError | None]:
+    """Each resource's error (None: altered, or valid with `validate_only`)."""
+    keys = Counter((r.resource_type, r.resource_name) for r in resources)
+    errors = []
+    for resource in resources:
         error: KafkaError | None = None
         if keys[(resource.resource_type, resource.resource_name)] > 1:
             error = KafkaError(ErrorCode.INVALID_REQUEST, "Each resource must appear at most once.")
@@ -633,21 +645,29 @@ def _alter(ctx: Any, request: Any, incremental: bool, cls: Any) -> Any:
             error = config_access(ctx, resource.resource_type, resource.resource_name, Op.ALTER_CONFIGS)
             try:
                 if error is None:
-                    _alter_resource(ctx.broker, resource, request.validate_only, incremental)
+                    _alter_resource(ctx.broker, resource, validate_only)
             except KafkaError as exc:
                 error = exc
-        responses.append(cls.AlterConfigsResourceResponse(
-            error_code=int(error.code) if error else 0, error_message=error.message if error else None,
-            resource_type=resource.resource_type, resource_name=resource.resource_name,
-        ))
-    return cls(throttle_time_ms=0, responses=responses)
+        errors.append(error)
+    return errors
 
 
 @api(33)
-async def handle_alter_configs(ctx: Any, request: Any) -> Any:
-    return _alter(ctx, request, False, AlterConfigsResponse)
+async def handle_alter_configs(ctx: RequestContext, request: M.AlterConfigsRequest) -> M.AlterConfigsResponse:
+    R = M.AlterConfigsResponse
+    errors = _alter(ctx, request.resources, request.validate_only)
+    return R(throttle_time_ms=0, responses=[R.AlterConfigsResourceResponse(
+        error_code=int(error.code) if error else 0, error_message=error.message if error else None,
+        resource_type=resource.resource_type, resource_name=resource.resource_name,
+    ) for resource, error in zip(request.resources, errors)])
 
 
 @api(44)
-async def handle_incremental_alter_configs(ctx: Any, request: Any) -> Any:
-    return _alter(ctx, request, True, IncrementalAlterConfigsResponse)
+async def handle_incremental_alter_configs(ctx: RequestContext, request: M.IncrementalAlterConfigsRequest
+                                           ) -> M.IncrementalAlterConfigsResponse:
+    R = M.IncrementalAlterConfigsResponse
+    errors = _alter(ctx, request.resources, request.validate_only)
+    return R(throttle_time_ms=0, responses=[R.AlterConfigsResourceResponse(
+        error_code=int(error.code) if error else 0, error_message=error.message if error else None,
+        resource_type=resource.resource_type, resource_name=resource.resource_name,
+    ) for resource, error in zip(request.resources, errors)])

@@ -6,8 +6,7 @@ adapts the request and fills what Kafka's KafkaApis adds (authorized operations)
 
 from __future__ import annotations
 
-from typing import Any
-
+from broker.apis.context import RequestContext
 from broker.apis.group import coordinator_of, release_on_next_request, request_info
 from broker.apis.registry import api
 from broker.metadata import features
@@ -18,7 +17,7 @@ from protocol.errors import ErrorCode, KafkaError
 E = ErrorCode
 
 
-def consumer_protocol_enabled(ctx: Any) -> bool:
+def consumer_protocol_enabled(ctx: RequestContext) -> bool:
     """As KafkaApis: the consumer rebalance protocol is served while group.version is at least 1."""
     return bool(ctx.broker.metadata.feature_level(features.GROUP_VERSION) >= 1)
 
@@ -27,7 +26,8 @@ UNSUPPORTED = KafkaError(E.UNSUPPORTED_VERSION, "The version of API is not suppo
 
 
 @api(68)
-async def handle_consumer_group_heartbeat(ctx: Any, request: Any) -> Any:
+async def handle_consumer_group_heartbeat(ctx: RequestContext, request: M.ConsumerGroupHeartbeatRequest
+                                          ) -> M.ConsumerGroupHeartbeatResponse:
     if not consumer_protocol_enabled(ctx):
         return M.ConsumerGroupHeartbeatResponse(error_code=UNSUPPORTED.code, error_message=UNSUPPORTED.message)
     if not authorize(ctx, Op.READ, Res.GROUP, request.group_id):
@@ -46,7 +46,8 @@ async def handle_consumer_group_heartbeat(ctx: Any, request: Any) -> Any:
 
 
 @api(69)
-async def handle_consumer_group_describe(ctx: Any, request: Any) -> Any:
+async def handle_consumer_group_describe(ctx: RequestContext, request: M.ConsumerGroupDescribeRequest
+                                         ) -> M.ConsumerGroupDescribeResponse:
     group_ids = list(request.group_ids)
     if not consumer_protocol_enabled(ctx):
         return M.ConsumerGroupDescribeResponse(groups=[
@@ -64,12 +65,13 @@ async def handle_consumer_group_describe(ctx: Any, request: Any) -> Any:
             if g.error_code == E.NONE:
                 g.authorized_operations = authorized_operations(ctx, Res.GROUP, g.group_id)
     groups = denied + groups
-    if getattr(ctx.broker, "authorizer", None) is not None:
+    if ctx.broker.authorizer is not None:
         groups = [_hide_unauthorized_topics(ctx, g) for g in groups]
     return M.ConsumerGroupDescribeResponse(groups=groups)
 
 
-def _hide_unauthorized_topics(ctx: Any, group: Any) -> Any:
+def _hide_unauthorized_topics(ctx: RequestContext, group: M.ConsumerGroupDescribeResponse.DescribedGroup
+                              ) -> M.ConsumerGroupDescribeResponse.DescribedGroup:
     """A group whose members hold topics the principal may not describe is not shown (KafkaApis)."""
     names = {tp.topic_name for m in group.members or [] for a in (m.assignment, m.target_assignment)
              if a is not None for tp in a.topic_partitions}

@@ -12,30 +12,24 @@ changes. v0-1 list a result per feature on success; v2 has only the top-level er
 from __future__ import annotations
 
 import time
-from typing import Any
 
+from broker.apis.context import BrokerServices, RequestContext
 from broker.apis.registry import api
 from broker.apis.topics import assigned_brokers
 from broker.metadata import features
 from broker.security.authz import Op, authorize_cluster, listener_of, require_cluster
+from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
-from protocol.messages import (
-    AlterPartitionReassignmentsResponse,
-    DescribeQuorumResponse,
-    ElectLeadersResponse,
-    ListPartitionReassignmentsResponse,
-    UpdateFeaturesResponse,
-)
 
 
 def now_ms() -> int:
     return int(time.time() * 1000)
 
-UF = UpdateFeaturesResponse
+UF = M.UpdateFeaturesResponse
 
 
 @api(57)
-async def handle_update_features(ctx: Any, request: Any) -> Any:
+async def handle_update_features(ctx: RequestContext, request: M.UpdateFeaturesRequest) -> M.UpdateFeaturesResponse:
     require_cluster(ctx, Op.ALTER)
     updates = []
     for u in request.feature_updates:
@@ -60,10 +54,10 @@ async def handle_update_features(ctx: Any, request: Any) -> Any:
 # unless a simulated cluster moved it away from its preferred replica
 
 PREFERRED, UNCLEAN = 0, 1
-EL = ElectLeadersResponse
+EL = M.ElectLeadersResponse
 
 
-async def _elect(broker: Any, topic: str, index: int, election_type: int) -> KafkaError | None:
+async def _elect(broker: BrokerServices, topic: str, index: int, election_type: int) -> KafkaError | None:
     info = broker.metadata.topic(topic)
     if info is None:
         return KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "No such topic as %s" % topic)
@@ -76,20 +70,20 @@ async def _elect(broker: Any, topic: str, index: int, election_type: int) -> Kaf
     if replicas[0] not in isr or replicas[0] in broker.offline_nodes():
         return KafkaError(ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
                           "Failed to elect leader for partition %s-%d under strategy PREFERRED" % (topic, index))
-    await broker.simulated.move_leader(topic, index, replicas[0])
+    await broker.move_leader(topic, index, replicas[0])
     return None
 
 
 ELECTION_NOT_NEEDED = KafkaError(ErrorCode.ELECTION_NOT_NEEDED, "Leader election not needed for topic partition.")
 
 
-def _partition_result(index: int, error: KafkaError | None) -> Any:
+def _partition_result(index: int, error: KafkaError | None) -> EL.PartitionResult:
     return EL.PartitionResult(partition_id=index, error_code=int(error.code) if error else 0,
                               error_message=error.message if error else None)
 
 
 @api(43)
-async def handle_elect_leaders(ctx: Any, request: Any) -> Any:
+async def handle_elect_leaders(ctx: RequestContext, request: M.ElectLeadersRequest) -> M.ElectLeadersResponse:
     broker = ctx.broker
     if not authorize_cluster(ctx, Op.ALTER):
         denied = KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
@@ -119,11 +113,11 @@ async def handle_elect_leaders(ctx: Any, request: Any) -> Any:
 # only registered broker, so the only valid target is the current assignment and no reassignment
 # is ever in progress.
 
-AR = AlterPartitionReassignmentsResponse
-LR = ListPartitionReassignmentsResponse
+AR = M.AlterPartitionReassignmentsResponse
+LR = M.ListPartitionReassignmentsResponse
 
 
-def _reassign(broker: Any, topic: str, index: int, replicas: list[int] | None) -> None:
+def _reassign(broker: BrokerServices, topic: str, index: int, replicas: list[int] | None) -> None:
     info = broker.metadata.topic(topic)
     if info is None:
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "Unable to find a topic named %s." % topic)
@@ -136,7 +130,8 @@ def _reassign(broker: Any, topic: str, index: int, replicas: list[int] | None) -
 
 
 @api(45)
-async def handle_alter_partition_reassignments(ctx: Any, request: Any) -> Any:
+async def handle_alter_partition_reassignments(ctx: RequestContext, request: M.AlterPartitionReassignmentsRequest
+                                               ) -> M.AlterPartitionReassignmentsResponse:
     require_cluster(ctx, Op.ALTER)
     responses = []
     for t in request.topics:
@@ -157,7 +152,8 @@ async def handle_alter_partition_reassignments(ctx: Any, request: Any) -> Any:
 
 
 @api(46)
-async def handle_list_partition_reassignments(ctx: Any, request: Any) -> Any:
+async def handle_list_partition_reassignments(ctx: RequestContext, request: M.ListPartitionReassignmentsRequest
+                                              ) -> M.ListPartitionReassignmentsResponse:
     require_cluster(ctx, Op.DESCRIBE)
     return LR(throttle_time_ms=0, error_code=0, error_message=None, topics=[])
 
@@ -165,12 +161,14 @@ async def handle_list_partition_reassignments(ctx: Any, request: Any) -> Any:
 # ---------------------------------------------------------------------------------------------
 # DescribeQuorum (key 55): this node is the single voter and leader of the metadata log
 
-DQ = DescribeQuorumResponse
+DQ = M.DescribeQuorumResponse
 METADATA_TOPIC = "__cluster_metadata"
 
 
-def _quorum_partition(broker: Any, now_ms: int) -> Any:
-    end = broker.logs.get_log(METADATA_TOPIC, 0).log_end_offset
+def _quorum_partition(broker: BrokerServices, now_ms: int) -> DQ.PartitionData:
+    metadata_log = broker.logs.get_log(METADATA_TOPIC, 0)
+    assert metadata_log is not None  # made at start
+    end = metadata_log.log_end_offset
     voter = DQ.ReplicaState(replica_id=broker.node_id, replica_directory_id=broker.metadata_directory_id,
                             log_end_offset=end, last_fetch_timestamp=now_ms, last_caught_up_timestamp=now_ms)
     return DQ.PartitionData(partition_index=0, error_code=0, error_message=None, leader_id=broker.node_id,
@@ -179,7 +177,7 @@ def _quorum_partition(broker: Any, now_ms: int) -> Any:
 
 
 @api(55)
-async def handle_describe_quorum(ctx: Any, request: Any) -> Any:
+async def handle_describe_quorum(ctx: RequestContext, request: M.DescribeQuorumRequest) -> M.DescribeQuorumResponse:
     require_cluster(ctx, Op.DESCRIBE)
     broker = ctx.broker
     valid = (len(request.topics) == 1 and request.topics[0].topic_name == METADATA_TOPIC

@@ -12,22 +12,25 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+import uuid
+from collections.abc import Callable
 
 import structlog
 
+from broker.apis.context import RequestContext
 from broker.apis.registry import api
-from broker.partition import READ_COMMITTED
+from broker.partition import READ_COMMITTED, Partition
 from broker.security.authz import Op, Res, authorize, authorize_cluster
-from broker.security.quotas import throttle
+from broker.security.quotas import Entity, throttle
+from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
-from protocol.messages import FetchResponse
 
-R = FetchResponse
+R = M.FetchResponse
+Q = M.FetchRequest
 log = structlog.get_logger("broker.fetch")
 
 
-def _check_leader_epoch(partition: Any, current_leader_epoch: int) -> ErrorCode | None:
+def _check_leader_epoch(partition: Partition, current_leader_epoch: int) -> ErrorCode | None:
     if current_leader_epoch < 0:
         return None
     if current_leader_epoch < partition.leader_epoch:
@@ -40,7 +43,8 @@ def _check_leader_epoch(partition: Any, current_leader_epoch: int) -> ErrorCode 
 class _Target:
     __slots__ = ("topic", "topic_id", "request", "partition", "error")
 
-    def __init__(self, topic: Any, topic_id: Any, request: Any, partition: Any, error: ErrorCode | None) -> None:
+    def __init__(self, topic: str, topic_id: uuid.UUID, request: Q.FetchPartition, partition: Partition | None,
+                 error: ErrorCode | None) -> None:
         self.topic = topic
         self.topic_id = topic_id
         self.request = request
@@ -48,10 +52,10 @@ class _Target:
         self.error = error
 
 
-def _readable(ctx: Any, request: Any, version: int) -> Any:
+def _readable(ctx: RequestContext, request: M.FetchRequest, version: int) -> Callable[[str], bool] | None:
     """None when every topic may be read (no authorizer, or a follower with CLUSTER_ACTION), else
     the check of one topic: consumers need READ on it; a follower without CLUSTER_ACTION nothing."""
-    if getattr(ctx.broker, "authorizer", None) is None:
+    if ctx.broker.authorizer is None:
         return None
     replica_id = request.replica_state.replica_id if version >= 15 else request.replica_id
     if replica_id >= 0:
@@ -59,7 +63,7 @@ def _readable(ctx: Any, request: Any, version: int) -> Any:
     return lambda name: authorize(ctx, Op.READ, Res.TOPIC, name)
 
 
-def _resolve(ctx: Any, request: Any, version: int) -> list[_Target]:
+def _resolve(ctx: RequestContext, request: M.FetchRequest, version: int) -> list[_Target]:
     broker = ctx.broker
     readable = _readable(ctx, request, version)
     targets = []
@@ -84,7 +88,7 @@ def _resolve(ctx: Any, request: Any, version: int) -> list[_Target]:
     return targets
 
 
-def _read_all(targets: list[_Target], request: Any, isolation: int) -> tuple[list[Any], int]:
+def _read_all(targets: list[_Target], request: M.FetchRequest, isolation: int) -> tuple[list[R.PartitionData], int]:
     """One pass over the partitions: their response entries and the bytes found.
 
     As Kafka: the response's max_bytes is shared in request order, the first partition with data
@@ -105,6 +109,7 @@ def _read_all(targets: list[_Target], request: Any, isolation: int) -> tuple[lis
             entry.error_code = int(target.error)
             continue
         partition = target.partition
+        assert partition is not None  # found: no error
         if partition.deleted:  # deleted while this fetch waited
             entry.error_code = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
             continue
@@ -136,8 +141,8 @@ def _read_all(targets: list[_Target], request: Any, isolation: int) -> tuple[lis
     return out, total
 
 
-def _assemble(targets: list[_Target], entries: list[Any], version: int) -> list[Any]:
-    responses: list[Any] = []
+def _assemble(targets: list[_Target], entries: list[R.PartitionData], version: int) -> list[R.FetchableTopicResponse]:
+    responses: list[R.FetchableTopicResponse] = []
     current = None
     for target, entry in zip(targets, entries):
         key = target.topic_id if version >= 13 else target.topic
@@ -149,7 +154,7 @@ def _assemble(targets: list[_Target], entries: list[Any], version: int) -> list[
 
 
 @api(1)
-async def handle_fetch(ctx: Any, request: Any) -> Any:
+async def handle_fetch(ctx: RequestContext, request: M.FetchRequest) -> M.FetchResponse:
     version = ctx.api_version
     if version >= 7 and request.session_epoch not in (0, -1):
         # an incremental fetch needs a session, and we never created one; epoch 0 (open) and -1
@@ -161,7 +166,7 @@ async def handle_fetch(ctx: Any, request: Any) -> Any:
     targets = _resolve(ctx, request, version)
     entries, total = _read_all(targets, request, isolation)
     deadline = time.monotonic() + request.max_wait_ms / 1000.0
-    waitable = [t.partition for t in targets if t.error is None]
+    waitable = [t.partition for t in targets if t.error is None and t.partition is not None]
     while total < request.min_bytes and waitable and not broker.stopping and not any(e.error_code for e in entries):
         timeout = deadline - time.monotonic()
         if timeout <= 0:
@@ -177,21 +182,22 @@ async def handle_fetch(ctx: Any, request: Any) -> Any:
             for partition in waitable:
                 partition.remove_waiter(waiter)
         entries, total = _read_all(targets, request, isolation)
-    if quota is not None:
-        throttle_ms = broker.quotas.fetch.record(quota, total)
+    quotas = broker.quotas
+    if quota is not None and quotas is not None:  # a quota comes from the quotas
+        throttle_ms = quotas.fetch.record(quota, total)
         if throttle_ms > 0:
             # over consumer_byte_rate: an empty answer with the throttle time, its bytes not counted
-            broker.quotas.fetch.unrecord(quota, total)
+            quotas.fetch.unrecord(quota, total)
             response = R(throttle_time_ms=0, error_code=0, session_id=0, responses=[])
             throttle(ctx, response, throttle_ms)
             return response
     return R(throttle_time_ms=0, error_code=0, session_id=0, responses=_assemble(targets, entries, version))
 
 
-def _fetch_quota(ctx: Any, request: Any, version: int) -> Any:
+def _fetch_quota(ctx: RequestContext, request: M.FetchRequest, version: int) -> tuple[Entity, float] | None:
     """A consumer's consumer_byte_rate quota, if it has one; its fetch then asks for no more than
     the quota allows in a window (KafkaApis bounds max_bytes by maxValueInQuotaWindow)."""
-    quotas = getattr(ctx.broker, "quotas", None)
+    quotas = ctx.broker.quotas
     if quotas is None or not quotas.active:
         return None
     if (request.replica_state.replica_id if version >= 15 else request.replica_id) >= 0:

@@ -9,10 +9,10 @@ details of the responses, as Kafka's request/response classes do.
 from __future__ import annotations
 
 import re
-from typing import Any
 
-from broker.apis.registry import RequestContext, api
-from broker.coordinator.group import RequestInfo
+from broker.apis.context import RequestContext
+from broker.apis.registry import api
+from broker.coordinator.group import GroupCoordinator, RequestInfo
 from broker.security.authz import Op, Res, authorize, authorize_cluster, authorized_operations, listener_of
 from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
@@ -34,20 +34,20 @@ _MESSAGES = {
 }
 
 
-def coordinator_of(ctx: Any) -> Any:
-    coordinator = getattr(ctx.broker, "group_coordinator", None)
+def coordinator_of(ctx: RequestContext) -> GroupCoordinator:
+    coordinator = ctx.broker.group_coordinator
     if coordinator is None:
         raise KafkaError(E.COORDINATOR_NOT_AVAILABLE)
     return coordinator
 
 
-def request_info(ctx: Any) -> RequestInfo:
+def request_info(ctx: RequestContext) -> RequestInfo:
     # Kafka reports the client's address as Java's InetAddress prints it: "/127.0.0.1".
     return RequestInfo(client_id=ctx.client_id or "", client_host="/" + ctx.client_host, api_version=ctx.api_version)
 
 
 # ----- FindCoordinator -------------------------------------------------------------------
-def _find(ctx: Any, key_type: int, key: str) -> ErrorCode:
+def _find(ctx: RequestContext, key_type: int, key: str) -> ErrorCode:
     """This single broker coordinates every group, transactional id and share partition (which
     the principal must be allowed to DESCRIBE; share partitions need CLUSTER_ACTION)."""
     if key_type == KEY_TYPE_GROUP and not authorize(ctx, Op.DESCRIBE, Res.GROUP, key):
@@ -57,16 +57,16 @@ def _find(ctx: Any, key_type: int, key: str) -> ErrorCode:
     if key_type == KEY_TYPE_SHARE and ctx.api_version >= 6 and not authorize_cluster(ctx, Op.CLUSTER_ACTION):
         return E.CLUSTER_AUTHORIZATION_FAILED
     if key_type == KEY_TYPE_GROUP:
-        return E.NONE if getattr(ctx.broker, "group_coordinator", None) is not None else E.COORDINATOR_NOT_AVAILABLE
+        return E.NONE if ctx.broker.group_coordinator is not None else E.COORDINATOR_NOT_AVAILABLE
     if key_type == KEY_TYPE_TRANSACTION:
-        return E.NONE if getattr(ctx.broker, "txn_coordinator", None) is not None else E.COORDINATOR_NOT_AVAILABLE
+        return E.NONE if ctx.broker.txn_coordinator is not None else E.COORDINATOR_NOT_AVAILABLE
     if key_type == KEY_TYPE_SHARE:
         return E.NONE if ctx.api_version >= 6 and _SHARE_KEY.match(key) else E.INVALID_REQUEST
     return E.INVALID_REQUEST
 
 
 @api(10)
-async def handle_find_coordinator(ctx: Any, request: Any) -> Any:
+async def handle_find_coordinator(ctx: RequestContext, request: M.FindCoordinatorRequest) -> M.FindCoordinatorResponse:
     unavailable = False
     try:
         if request.key_type == KEY_TYPE_GROUP:
@@ -106,7 +106,7 @@ def _require_read(ctx: RequestContext, group_id: str) -> None:
 
 
 @api(11)
-async def handle_join_group(ctx: Any, request: Any) -> Any:
+async def handle_join_group(ctx: RequestContext, request: M.JoinGroupRequest) -> M.JoinGroupResponse:
     version = ctx.api_version
     if version == 0:
         request.rebalance_timeout_ms = request.session_timeout_ms  # v0 has none: the session timeout
@@ -124,7 +124,7 @@ async def handle_join_group(ctx: Any, request: Any) -> Any:
 
 
 @api(14)
-async def handle_sync_group(ctx: Any, request: Any) -> Any:
+async def handle_sync_group(ctx: RequestContext, request: M.SyncGroupRequest) -> M.SyncGroupResponse:
     if ctx.api_version >= 5 and (request.protocol_type is None or request.protocol_name is None):
         return M.SyncGroupResponse(error_code=E.INCONSISTENT_GROUP_PROTOCOL)
     try:
@@ -134,7 +134,7 @@ async def handle_sync_group(ctx: Any, request: Any) -> Any:
         return M.SyncGroupResponse(error_code=exc.code)
 
 
-def release_on_next_request(ctx: RequestContext, coordinator: Any, request: M.HeartbeatRequest
+def release_on_next_request(ctx: RequestContext, coordinator: GroupCoordinator, request: M.HeartbeatRequest
                             | M.ConsumerGroupHeartbeatRequest | M.ShareGroupHeartbeatRequest) -> None:
     """A heartbeat may be held until its group changes: the server releases it when another
     request arrives behind it on the connection (a commit, a LeaveGroup)."""
@@ -148,14 +148,13 @@ async def handle_heartbeat(ctx: RequestContext, request: M.HeartbeatRequest) -> 
         _require_read(ctx, request.group_id)
         coordinator = coordinator_of(ctx)
         release_on_next_request(ctx, coordinator, request)
-        response: M.HeartbeatResponse = await coordinator.heartbeat(request)
+        return await coordinator.heartbeat(request)
     except KafkaError as exc:
         return M.HeartbeatResponse(error_code=exc.code)
-    return response
 
 
 @api(13)
-async def handle_leave_group(ctx: Any, request: Any) -> Any:
+async def handle_leave_group(ctx: RequestContext, request: M.LeaveGroupRequest) -> M.LeaveGroupResponse:
     version = ctx.api_version
     if version >= 3:
         identities = request.members
@@ -175,7 +174,7 @@ async def handle_leave_group(ctx: Any, request: Any) -> Any:
 
 # ----- DescribeGroups / ListGroups / DeleteGroups ----------------------------------------
 @api(15)
-async def handle_describe_groups(ctx: Any, request: Any) -> Any:
+async def handle_describe_groups(ctx: RequestContext, request: M.DescribeGroupsRequest) -> M.DescribeGroupsResponse:
     D = M.DescribeGroupsResponse
     allowed = [g for g in request.groups if authorize(ctx, Op.DESCRIBE, Res.GROUP, g)]
     denied = [D.DescribedGroup(group_id=g, error_code=E.GROUP_AUTHORIZATION_FAILED)
@@ -192,7 +191,7 @@ async def handle_describe_groups(ctx: Any, request: Any) -> Any:
 
 
 @api(16)
-async def handle_list_groups(ctx: Any, request: Any) -> Any:
+async def handle_list_groups(ctx: RequestContext, request: M.ListGroupsRequest) -> M.ListGroupsResponse:
     states = list(request.states_filter) if ctx.api_version >= 4 else []
     types = list(request.types_filter) if ctx.api_version >= 5 else []
     try:
@@ -206,7 +205,7 @@ async def handle_list_groups(ctx: Any, request: Any) -> Any:
 
 
 @api(42)
-async def handle_delete_groups(ctx: Any, request: Any) -> Any:
+async def handle_delete_groups(ctx: RequestContext, request: M.DeleteGroupsRequest) -> M.DeleteGroupsResponse:
     names = list(dict.fromkeys(request.groups_names))  # duplicates are deleted once
     group_ids = [g for g in names if authorize(ctx, Op.DELETE, Res.GROUP, g)]
     try:

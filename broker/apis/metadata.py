@@ -4,10 +4,11 @@ DescribeTopicPartitions (key 75): the same partitions in pages."""
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import TypeVar
 
+from broker.apis.context import BrokerServices, RequestContext
 from broker.apis.registry import api
-from broker.metadata import INTERNAL_TOPICS, validate_topic_name
+from broker.metadata import INTERNAL_TOPICS, TopicInfo, validate_topic_name
 from broker.security.authz import (
     CLUSTER_NAME,
     Op,
@@ -17,8 +18,8 @@ from broker.security.authz import (
     authorized_operations,
     listener_of,
 )
+from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
-from protocol.messages import DescribeTopicPartitionsResponse, MetadataResponse
 
 # Without an authorizer every operation is allowed; Kafka then reports all the operations a
 # resource supports (AclOperation codes as bit positions).
@@ -26,10 +27,14 @@ TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
 CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
 OPERATIONS_NOT_REQUESTED = -2147483648
 
-R = MetadataResponse
+R = M.MetadataResponse
+DT = M.DescribeTopicPartitionsResponse
+# a partition entry of Metadata or of DescribeTopicPartitions (the same fields)
+PartitionEntry = TypeVar("PartitionEntry", R.MetadataResponsePartition, DT.DescribeTopicPartitionsResponsePartition)
 
 
-def partition_states(broker: Any, topic: str, start: int, stop: int, cls: type) -> list[Any]:
+def partition_states(broker: BrokerServices, topic: str, start: int, stop: int, cls: type[PartitionEntry]
+                     ) -> list[PartitionEntry]:
     """Metadata's (or DescribeTopicPartitions') partition entries: leader (none: LEADER_NOT_AVAILABLE),
     its epoch, replicas, in-sync and offline replicas."""
     offline = broker.offline_nodes()
@@ -44,7 +49,7 @@ def partition_states(broker: Any, topic: str, start: int, stop: int, cls: type) 
     return out
 
 
-def topic_metadata(broker: Any, info: Any, authorized_ops: int) -> Any:
+def topic_metadata(broker: BrokerServices, info: TopicInfo, authorized_ops: int) -> R.MetadataResponseTopic:
     return R.MetadataResponseTopic(
         error_code=0, name=info.name, topic_id=info.topic_id, is_internal=info.internal,
         partitions=partition_states(broker, info.name, 0, info.partitions, R.MetadataResponsePartition),
@@ -52,7 +57,7 @@ def topic_metadata(broker: Any, info: Any, authorized_ops: int) -> Any:
     )
 
 
-def topic_error(name: str | None, code: ErrorCode, topic_id: Any = None) -> Any:
+def topic_error(name: str | None, code: ErrorCode, topic_id: uuid.UUID | None = None) -> R.MetadataResponseTopic:
     t = R.MetadataResponseTopic(error_code=int(code), name=name, partitions=[])
     if topic_id is not None:
         t.topic_id = topic_id
@@ -68,24 +73,23 @@ def _missing_topic_error(name: str) -> ErrorCode:
     return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
-def _creatable(ctx: Any, name: str) -> bool:
+def _creatable(ctx: RequestContext, name: str) -> bool:
     """Auto-creation needs CREATE on the cluster or on the topic."""
     return authorize_cluster(ctx, Op.CREATE, log_if_denied=False) or authorize(ctx, Op.CREATE, Res.TOPIC, name)
 
 
 @api(3)
-async def handle_metadata(ctx: Any, request: Any) -> Any:
+async def handle_metadata(ctx: RequestContext, request: M.MetadataRequest) -> M.MetadataResponse:
     broker = ctx.broker
     version = ctx.api_version
-    secured = getattr(broker, "authorizer", None) is not None
+    secured = broker.authorizer is not None
     want_ops = version >= 8 and request.include_topic_authorized_operations
     ops = TOPIC_OPERATIONS if want_ops else OPERATIONS_NOT_REQUESTED
     # v0 has no null: an empty list means every topic there
-    all_topics = request.topics is None or (version == 0 and not request.topics)
     # auto-creation is always allowed before v4 (the flag does not exist there)
     allow_create = broker.config["auto.create.topics.enable"] and (version < 4 or request.allow_auto_topic_creation)
-    topics: list[Any] = []
-    if all_topics:
+    topics: list[R.MetadataResponseTopic] = []
+    if request.topics is None or (version == 0 and not request.topics):
         # as Kafka: the topics the principal may not describe are left out
         topics = [topic_metadata(broker, info, ops) for info in list(broker.metadata.topics.values())
                   if not secured or authorize(ctx, Op.DESCRIBE, Res.TOPIC, info.name, log_if_denied=False)]
@@ -147,7 +151,7 @@ async def handle_metadata(ctx: Any, request: Any) -> Any:
     )
 
 
-def cluster_authorized_operations(ctx: Any) -> int:
+def cluster_authorized_operations(ctx: RequestContext) -> int:
     """The cluster's authorized operations: none without DESCRIBE on it (KafkaApis, DescribeCluster)."""
     if not authorize_cluster(ctx, Op.DESCRIBE):
         return 0
@@ -159,11 +163,11 @@ def cluster_authorized_operations(ctx: Any) -> int:
 # continued with a cursor (Kafka's DescribeTopicPartitionsRequestHandler and
 # KRaftMetadataCache.describeTopicResponse, in their order).
 
-DT = DescribeTopicPartitionsResponse
 MAX_REQUEST_PARTITION_SIZE_LIMIT = 2000  # Kafka's max.request.partition.size.limit default
 
 
-def _described_partitions(broker: Any, info: Any, start: int, limit: int) -> tuple[list[Any], int]:
+def _described_partitions(broker: BrokerServices, info: TopicInfo, start: int, limit: int
+                          ) -> tuple[list[DT.DescribeTopicPartitionsResponsePartition], int]:
     """The partitions from `start` (at most `limit`) and the next index, or -1 when none is left."""
     upper = min(info.partitions, start + limit)
     partitions = partition_states(broker, info.name, start, upper, DT.DescribeTopicPartitionsResponsePartition)
@@ -172,7 +176,7 @@ def _described_partitions(broker: Any, info: Any, start: int, limit: int) -> tup
     return partitions, upper if upper < info.partitions else -1
 
 
-def _invalid_request(request: Any) -> Any:
+def _invalid_request(request: M.DescribeTopicPartitionsRequest) -> M.DescribeTopicPartitionsResponse:
     """The whole request fails (Kafka raises InvalidRequestException: the topic list must hold the
     cursor's topic, the cursor's partition must not be negative): each asked topic carries the error."""
     return DT(throttle_time_ms=0, topics=[
@@ -182,7 +186,8 @@ def _invalid_request(request: Any) -> Any:
 
 
 @api(75)
-async def handle_describe_topic_partitions(ctx: Any, request: Any) -> Any:
+async def handle_describe_topic_partitions(ctx: RequestContext, request: M.DescribeTopicPartitionsRequest
+                                           ) -> M.DescribeTopicPartitionsResponse:
     broker = ctx.broker
     cursor = request.cursor
     cursor_topic = cursor.topic_name if cursor is not None else ""
@@ -196,7 +201,7 @@ async def handle_describe_topic_partitions(ctx: Any, request: Any) -> Any:
     remaining = max(min(MAX_REQUEST_PARTITION_SIZE_LIMIT, request.response_partition_limit), 1)
     response = DT(throttle_time_ms=0, topics=[], next_cursor=None)
     unauthorized = []
-    if getattr(broker, "authorizer", None) is not None:
+    if broker.authorizer is not None:
         # topics the principal may not describe: left out of "every topic", else refused
         # without saying whether they exist
         allowed = [n for n in wanted if authorize(ctx, Op.DESCRIBE, Res.TOPIC, n)]
@@ -226,7 +231,7 @@ async def handle_describe_topic_partitions(ctx: Any, request: Any) -> Any:
             response.next_cursor = DT.Cursor(topic_name=name, partition_index=next_index)
             break
         remaining -= len(partitions)
-    if unauthorized or getattr(broker, "authorizer", None) is not None:
+    if unauthorized or broker.authorizer is not None:
         for t in response.topics:
             t.topic_authorized_operations = authorized_operations(ctx, Res.TOPIC, t.name or "")
         response.topics.extend(unauthorized)

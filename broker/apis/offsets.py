@@ -9,11 +9,13 @@ OffsetFetch v1-v7 is served through the multi-group form of v8+.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
-from typing import Any
+import uuid
+from collections.abc import Callable
+from typing import Generic, TypeVar
 
+from broker.apis.context import RequestContext
 from broker.apis.group import coordinator_of
-from broker.apis.registry import RequestContext, api
+from broker.apis.registry import api
 from broker.security.authz import Op, Res, authorize, filter_authorized
 from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
@@ -27,25 +29,25 @@ OCRequest = M.OffsetCommitRequest
 OFRequest = M.OffsetFetchRequest
 
 
-class _TopicResponses:
-    """Response topics keyed by (name, id), partitions merged in arrival order."""
+Topic = TypeVar("Topic", OC.OffsetCommitResponseTopic, OD.OffsetDeleteResponseTopic)
 
-    def __init__(self, make_topic: Callable[[str, Any], Any]) -> None:
-        self.make_topic = make_topic
-        self.topics: dict[tuple[str, Any], Any] = {}
 
-    def add(self, name: str, topic_id: Any, partitions: Sequence[Any]) -> None:
+class _TopicResponses(Generic[Topic]):
+    """Response topics keyed by (name, id) in arrival order (OffsetDelete: by name, ids all zero); the
+    caller adds their partitions."""
+
+    def __init__(self, make_topic: Callable[[str, uuid.UUID], Topic]) -> None:
+        self.make_topic: Callable[[str, uuid.UUID], Topic] = make_topic
+        self.topics: dict[tuple[str, uuid.UUID], Topic] = {}
+
+    def topic(self, name: str, topic_id: uuid.UUID) -> Topic:
         key = (name, topic_id)
         topic = self.topics.get(key)
         if topic is None:
             topic = self.topics[key] = self.make_topic(name, topic_id)
-        topic.partitions.extend(partitions)
+        return topic
 
-    def merge(self, topics: Sequence[Any], id_of: Callable[[Any], Any]) -> None:
-        for t in topics:
-            self.add(t.name, id_of(t), list(t.partitions))
-
-    def all(self) -> list[Any]:
+    def all(self) -> list[Topic]:
         return list(self.topics.values())
 
 
@@ -56,7 +58,7 @@ async def handle_offset_commit(ctx: RequestContext, request: OCRequest) -> OC:
     use_ids = version >= 10
     metadata = ctx.broker.metadata
     # as KafkaApis: READ on the group, then READ on each topic before its existence is looked at
-    secured = getattr(ctx.broker, "authorizer", None) is not None
+    secured = ctx.broker.authorizer is not None
     if secured and not authorize(ctx, Op.READ, Res.GROUP, request.group_id):
         return _failed_commit(request.topics, E.GROUP_AUTHORIZATION_FAILED)
     valid: list[OCRequest.OffsetCommitRequestTopic] = []  # the topics (with their known partitions) for the coordinator
@@ -102,7 +104,7 @@ async def handle_offset_commit(ctx: RequestContext, request: OCRequest) -> OC:
 
     out = _TopicResponses(lambda name, tid: OC.OffsetCommitResponseTopic(name=name, topic_id=tid, partitions=[]))
     for topic, partitions, code in unknown:
-        out.add(topic.name, topic.topic_id, [
+        out.topic(topic.name, topic.topic_id).partitions.extend([
             OC.OffsetCommitResponsePartition(partition_index=p.partition_index, error_code=code) for p in partitions])
     if valid:
         request.topics = valid
@@ -110,7 +112,8 @@ async def handle_offset_commit(ctx: RequestContext, request: OCRequest) -> OC:
             response = await coordinator_of(ctx).commit_offsets(request, version)
         except KafkaError as exc:
             return _failed_commit(all_topics, exc.code)
-        out.merge(response.topics, lambda t: t.topic_id)
+        for t in response.topics:
+            out.topic(t.name, t.topic_id).partitions.extend(t.partitions)
     return OC(topics=out.all())
 
 
@@ -138,7 +141,7 @@ def _group_error(group: OFRequest.OffsetFetchRequestGroup, code: int, version: i
     ])
 
 
-def _unknown_topic(name: str, topic_id: Any, partitions: list[int], code: ErrorCode) -> OF.OffsetFetchResponseTopics:
+def _unknown_topic(name: str, topic_id: uuid.UUID, partitions: list[int], code: ErrorCode) -> OF.OffsetFetchResponseTopics:
     return OF.OffsetFetchResponseTopics(name=name, topic_id=topic_id, partitions=[
         OF.OffsetFetchResponsePartitions(partition_index=p, committed_offset=-1, committed_leader_epoch=-1,
                                          metadata="", error_code=code)
@@ -150,7 +153,7 @@ async def _fetch_group(ctx: RequestContext, group: OFRequest.OffsetFetchRequestG
     version = ctx.api_version
     use_ids = version >= 10
     metadata = ctx.broker.metadata
-    secured = getattr(ctx.broker, "authorizer", None) is not None
+    secured = ctx.broker.authorizer is not None
     if secured and not authorize(ctx, Op.DESCRIBE, Res.GROUP, group.group_id):
         return _group_error(group, E.GROUP_AUTHORIZATION_FAILED, version)
     try:
@@ -245,13 +248,13 @@ async def handle_offset_delete(ctx: RequestContext, request: M.OffsetDeleteReque
     valid = []
     for topic in request.topics:
         if not authorize(ctx, Op.READ, Res.TOPIC, topic.name):
-            out.add(topic.name, None, [OD.OffsetDeleteResponsePartition(
+            out.topic(topic.name, ZERO_UUID).partitions.extend([OD.OffsetDeleteResponsePartition(
                 partition_index=p.partition_index, error_code=E.TOPIC_AUTHORIZATION_FAILED) for p in topic.partitions])
             continue
         info = metadata.topic(topic.name)
         count = info.partitions if info is not None else 0
         bad = [p for p in topic.partitions if not 0 <= p.partition_index < count]
-        out.add(topic.name, None, [
+        out.topic(topic.name, ZERO_UUID).partitions.extend([
             OD.OffsetDeleteResponsePartition(partition_index=p.partition_index, error_code=E.UNKNOWN_TOPIC_OR_PARTITION)
             for p in bad])
         good = [p for p in topic.partitions if 0 <= p.partition_index < count]
@@ -264,5 +267,6 @@ async def handle_offset_delete(ctx: RequestContext, request: M.OffsetDeleteReque
         return OD(error_code=exc.code)
     if response.error_code:
         return OD(error_code=response.error_code)
-    out.merge(response.topics, lambda _t: None)
+    for t in response.topics:
+        out.topic(t.name, ZERO_UUID).partitions.extend(t.partitions)
     return OD(topics=out.all())

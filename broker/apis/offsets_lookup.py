@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from broker.apis.context import BrokerServices, RequestContext
 from broker.apis.fetch import _check_leader_epoch
 from broker.apis.registry import api
+from broker.partition import Partition
 from broker.security.authz import Op, Res, authorize, authorize_cluster
+from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
-from protocol.messages import DeleteRecordsResponse, ListOffsetsResponse, OffsetForLeaderEpochResponse
 
 LATEST = -1
 EARLIEST = -2
@@ -17,10 +17,11 @@ EARLIEST_LOCAL = -4
 LATEST_TIERED = -5
 EARLIEST_PENDING_UPLOAD = -6
 
-L = ListOffsetsResponse
+L = M.ListOffsetsResponse
 
 
-def _leader_partition(broker: Any, topic: str, index: int, current_leader_epoch: int = -1) -> tuple[Any, int]:
+def _leader_partition(broker: BrokerServices, topic: str, index: int, current_leader_epoch: int = -1
+                      ) -> tuple[Partition | None, int]:
     """The partition a per-partition request addresses, or the error code to answer instead."""
     partition = broker.partitions.get(topic, index)
     if partition is None:
@@ -29,7 +30,7 @@ def _leader_partition(broker: Any, topic: str, index: int, current_leader_epoch:
     return (None, int(error)) if error is not None else (partition, 0)
 
 
-def _list_offset(partition: Any, timestamp: int, isolation: int) -> tuple[int, int, int]:
+def _list_offset(partition: Partition, timestamp: int, isolation: int) -> tuple[int, int, int]:
     """(timestamp, offset, leader epoch) for one ListOffsets query."""
     epoch = partition.leader_epoch
     if timestamp == LATEST:
@@ -48,7 +49,7 @@ def _list_offset(partition: Any, timestamp: int, isolation: int) -> tuple[int, i
 
 
 @api(2)
-async def handle_list_offsets(ctx: Any, request: Any) -> Any:
+async def handle_list_offsets(ctx: RequestContext, request: M.ListOffsetsRequest) -> M.ListOffsetsResponse:
     broker = ctx.broker
     isolation = request.isolation_level if ctx.api_version >= 2 else 0
     topics = []
@@ -72,11 +73,12 @@ async def handle_list_offsets(ctx: Any, request: Any) -> Any:
     return L(throttle_time_ms=0, topics=topics)
 
 
-E = OffsetForLeaderEpochResponse
+E = M.OffsetForLeaderEpochResponse
 
 
 @api(23)
-async def handle_offset_for_leader_epoch(ctx: Any, request: Any) -> Any:
+async def handle_offset_for_leader_epoch(ctx: RequestContext, request: M.OffsetForLeaderEpochRequest
+                                         ) -> M.OffsetForLeaderEpochResponse:
     broker = ctx.broker
     topics = []
     # a follower with CLUSTER_ACTION may ask for any topic, a consumer needs DESCRIBE on it
@@ -98,11 +100,11 @@ async def handle_offset_for_leader_epoch(ctx: Any, request: Any) -> Any:
     return E(throttle_time_ms=0, topics=topics)
 
 
-D = DeleteRecordsResponse
+D = M.DeleteRecordsResponse
 
 
 @api(21)
-async def handle_delete_records(ctx: Any, request: Any) -> Any:
+async def handle_delete_records(ctx: RequestContext, request: M.DeleteRecordsRequest) -> M.DeleteRecordsResponse:
     broker = ctx.broker
     topics = []
     for t in request.topics:

@@ -5,18 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from typing import Any
 
 import structlog
 
+from broker.apis.context import RequestContext
 from broker.apis.registry import api
 from broker.apis.txn import verify_transactional_produce
+from broker.log.log import Buffer
 from broker.log.validation import RecordValidationError
+from broker.partition import Partition
 from broker.security.authz import Op, Res, authorize
-from broker.security.quotas import throttle
+from broker.security.quotas import ClientQuotas, throttle
+from protocol import messages as M
 from protocol.compression import ZSTD
 from protocol.errors import ErrorCode, KafkaError, ProtocolError
-from protocol.messages import ProduceResponse
 from protocol.records import (
     ATTRIBUTES_OFFSET,
     CONTROL_FLAG_MASK,
@@ -26,18 +28,18 @@ from protocol.records import (
     parse_batch_header,
 )
 
-R = ProduceResponse
+R = M.ProduceResponse
 log = structlog.get_logger("broker.produce")
 
 
-def _partition_error(index: int, code: ErrorCode, message: str | None = None) -> Any:
+def _partition_error(index: int, code: ErrorCode, message: str | None = None) -> R.PartitionProduceResponse:
     return R.PartitionProduceResponse(
         index=index, error_code=int(code), base_offset=-1, log_append_time_ms=-1, log_start_offset=-1,
         error_message=message,
     )
 
 
-def check_produce_records(version: int, records: Any) -> KafkaError | None:
+def check_produce_records(version: int, records: Buffer | None) -> KafkaError | None:
     """Kafka's request-level checks of one partition's records: exactly one complete RecordBatch
     v2, and no zstd before v7 (the log validates the batch itself: CRC, sizes, timestamps)."""
     try:
@@ -59,14 +61,15 @@ def check_produce_records(version: int, records: Any) -> KafkaError | None:
     return None
 
 
-def _is_transactional(records: Any) -> bool:
+def _is_transactional(records: Buffer | None) -> bool:
     """Whether the (first) batch is transactional data: the attributes' transactional bit (control
     batches, which clients may not write, are left to the log's checks)."""
     return records is not None and len(records) > ATTRIBUTES_OFFSET + 1 and (
         records[ATTRIBUTES_OFFSET + 1] & (TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK)) == TRANSACTIONAL_FLAG_MASK
 
 
-async def _produce_partition(ctx: Any, partition: Any, index: int, records: Any, transactional_id: str | None) -> Any:
+async def _produce_partition(ctx: RequestContext, partition: Partition, index: int, records: Buffer,
+                             transactional_id: str | None) -> R.PartitionProduceResponse:
     broker = ctx.broker
     try:
         guard = None
@@ -92,7 +95,7 @@ async def _produce_partition(ctx: Any, partition: Any, index: int, records: Any,
 
 
 @api(0)
-async def handle_produce(ctx: Any, request: Any) -> Any:
+async def handle_produce(ctx: RequestContext, request: M.ProduceRequest) -> M.ProduceResponse | None:
     broker = ctx.broker
     version = ctx.api_version
     # transactional records need the transactional id they are written for, with WRITE on it:
@@ -100,7 +103,7 @@ async def handle_produce(ctx: Any, request: Any) -> Any:
     tid = request.transactional_id
     fenced = (tid is None or not authorize(ctx, Op.WRITE, Res.TRANSACTIONAL_ID, tid)) and any(
         _is_transactional(p.records) for t in request.topic_data for p in t.partition_data)
-    authorizer = getattr(broker, "authorizer", None)
+    authorizer = broker.authorizer
     responses = []
     pending = []
     for topic in request.topic_data:
@@ -127,9 +130,11 @@ async def handle_produce(ctx: Any, request: Any) -> Any:
             elif request.acks not in (0, 1, -1):
                 out.partition_responses.append(_partition_error(p.index, ErrorCode.INVALID_REQUIRED_ACKS))
             else:
+                records = p.records
+                assert records is not None  # checked: one record batch
                 # a placeholder keeps the partitions in request order
                 pending.append((out.partition_responses, len(out.partition_responses),
-                                _produce_partition(ctx, partition, p.index, p.records, request.transactional_id)))
+                                _produce_partition(ctx, partition, p.index, records, request.transactional_id)))
                 out.partition_responses.append(None)  # type: ignore[arg-type]  # replaced below
     if pending:
         if len(pending) == 1:
@@ -138,7 +143,7 @@ async def handle_produce(ctx: Any, request: Any) -> Any:
             results = await asyncio.gather(*(c for _, _, c in pending))
         for (slots, i, _), result in zip(pending, results):
             slots[i] = result
-    quotas = getattr(broker, "quotas", None)
+    quotas = broker.quotas
     throttle_ms = _produce_quota(ctx, quotas, request) if quotas is not None and quotas.active else 0
     if request.acks == 0:
         # no response; Kafka closes the connection when a fire-and-forget produce failed
@@ -151,7 +156,7 @@ async def handle_produce(ctx: Any, request: Any) -> Any:
     return response
 
 
-def _produce_quota(ctx: Any, quotas: Any, request: Any) -> int:
+def _produce_quota(ctx: RequestContext, quotas: ClientQuotas, request: M.ProduceRequest) -> int:
     """The producer_byte_rate throttle of this request (its record bytes count against the quota)."""
     size = sum(len(p.records) for t in request.topic_data for p in t.partition_data if p.records is not None)
     return int(quotas.record_produce(ctx, size))

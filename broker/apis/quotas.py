@@ -11,8 +11,8 @@ effect at once (broker/security/quotas.py).
 from __future__ import annotations
 
 import ipaddress
-from typing import Any
 
+from broker.apis.context import RequestContext
 from broker.apis.registry import api
 from broker.security.authz import Op, authorize_cluster
 from broker.security.quotas import (
@@ -46,7 +46,7 @@ def _entity_text(entity: dict[str, str | None]) -> str:
 
 
 # ----- DescribeClientQuotas ----------------------------------------------------------------
-def _filter(components: list[Any]) -> tuple[dict[str, str | None], set[str]]:
+def _filter(components: list[M.DescribeClientQuotasRequest.ComponentData]) -> tuple[dict[str, str | None], set[str]]:
     exact: dict[str, str | None] = {}
     specified: set[str] = set()
     for c in components:
@@ -89,7 +89,8 @@ def _matches(entity: Entity, exact: dict[str, str | None], specified: set[str], 
 
 
 @api(48)
-async def handle_describe_client_quotas(ctx: Any, request: Any) -> Any:
+async def handle_describe_client_quotas(ctx: RequestContext, request: M.DescribeClientQuotasRequest
+                                        ) -> M.DescribeClientQuotasResponse:
     R = M.DescribeClientQuotasResponse
     if not authorize_cluster(ctx, Op.DESCRIBE_CONFIGS):
         return R(throttle_time_ms=0, error_code=int(E.CLUSTER_AUTHORIZATION_FAILED), entries=None)
@@ -145,7 +146,7 @@ def _check_value(keys: dict[str, int | None], key: str, value: float) -> None:
 
 
 def _records(entity: dict[str, str | None], changes: dict[str, float | None],
-             current: dict[str, float]) -> list[Any]:
+             current: dict[str, float]) -> list[M.ClientQuotaRecord]:
     keys = _keys_of(entity)
     records = []
     data = [M.ClientQuotaRecord.EntityData(entity_type=t, entity_name=n) for t, n in entity.items()]
@@ -161,10 +162,11 @@ def _records(entity: dict[str, str | None], changes: dict[str, float | None],
 
 
 @api(49)
-async def handle_alter_client_quotas(ctx: Any, request: Any) -> Any:
+async def handle_alter_client_quotas(ctx: RequestContext, request: M.AlterClientQuotasRequest
+                                     ) -> M.AlterClientQuotasResponse:
     R = M.AlterClientQuotasResponse
 
-    def entity_data(entity: dict[str, str | None]) -> list[Any]:
+    def entity_data(entity: dict[str, str | None]) -> list[M.AlterClientQuotasResponse.EntityData]:
         return [R.EntityData(entity_type=t, entity_name=n) for t, n in entity.items()]
 
     entities = [{e.entity_type: e.entity_name for e in entry.entity} for entry in request.entries]
@@ -174,9 +176,9 @@ async def handle_alter_client_quotas(ctx: Any, request: Any) -> Any:
             for e in entities])
     quotas = ctx.broker.metadata.image.client_quotas
     results: dict[Entity, tuple[dict[str, str | None], KafkaError | None]] = {}
-    records: list[Any] = []
+    records: list[M.ClientQuotaRecord] = []
     for entity, entry in zip(entities, request.entries):
-        key: Entity = tuple(sorted(entity.items(), key=lambda item: item[0]))  # type: ignore[arg-type]
+        key: Entity = tuple(sorted(entity.items(), key=lambda item: item[0]))
         changes: dict[str, float | None] = {}
         error: KafkaError | None = None
         for op in entry.ops:
@@ -196,7 +198,7 @@ async def handle_alter_client_quotas(ctx: Any, request: Any) -> Any:
             results[key] = (entity, exc)
     if not request.validate_only:
         ctx.broker.metadata.append_records(records)
-        if getattr(ctx.broker, "quotas", None) is not None:
+        if ctx.broker.quotas is not None:
             ctx.broker.quotas.refresh()  # in force from the next request on
     return R(throttle_time_ms=0, entries=[
         R.EntryData(error_code=int(error.code) if error else 0, error_message=error.message if error else None,

@@ -9,35 +9,21 @@ version without a codec.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
-from protocol.messages import REQUESTS
+from broker.apis.context import RequestContext
+from protocol.messages import REQUESTS, MessageBase
 
-Handler = Callable[[Any, Any], Awaitable[Any]]
-
-
-@dataclass(slots=True)
-class RequestContext:
-    """What a handler knows about the request beyond its body."""
-
-    broker: Any  # broker.app.Broker (a layer above the handlers)
-    api_key: int
-    api_version: int
-    correlation_id: int
-    client_id: str | None
-    client_host: str
-    client_port: int
-    connection: Any  # broker.network.server.Connection
-    received: float = field(default_factory=time.monotonic)
-
-    def release_on_next_request(self, release: Callable[[], None]) -> None:
-        """The handler holds its response back (a long-polled heartbeat): `release` is called,
-        once, when the connection has another request waiting behind it, closes, or the broker
-        stops, so that nothing waits behind a held response."""
-        self.connection.hold(release)
+# What the server calls: the registry holds handlers of every API, so their request is Any here;
+# each handler's own signature names its message classes (and tests/integration/
+# test_handler_types.py checks they are the API's).
+Handler = Callable[[RequestContext, Any], Coroutine[Any, Any, MessageBase | None]]
+H = TypeVar("H", bound=Handler)
+# What runs instead of a handler when one is set for its API key (broker.testing's fault
+# injection, a simulated cluster's routing): it may call the handler, or answer itself.
+Intercept = Callable[[RequestContext, Any, Handler], Coroutine[Any, Any, MessageBase | None]]
 
 
 @dataclass(frozen=True)
@@ -55,18 +41,22 @@ class Api:
 APIS: dict[int, Api] = {}
 
 
-def api(key: int, min_version: int | None = None, max_version: int | None = None) -> Callable[[Handler], Handler]:
-    """Register a handler for `key`; the version range defaults to the schema's valid versions."""
+def api(key: int, min_version: int | None = None, max_version: int | None = None) -> Callable[[H], H]:
+    """Register a handler for `key`; the version range defaults to the schema's valid versions.
+    The handler is returned as it is, its type with it."""
     codec = REQUESTS[key]
     lo = codec.spec.valid_versions.lo if min_version is None else min_version
     hi = codec.spec.valid_versions.hi if max_version is None else max_version
     if lo not in codec.spec.valid_versions or hi not in codec.spec.valid_versions:
         raise ValueError("versions %d-%d of api %d are not all defined" % (lo, hi, key))
 
-    def register(fn: Handler) -> Handler:
+    def register(fn: H) -> H:
         if key in APIS:
             raise ValueError("api %d registered twice" % key)
         APIS[key] = Api(key, codec.spec.name.removesuffix("Request"), lo, hi, fn)
         return fn
 
     return register
+
+
+__all__ = ["APIS", "Api", "Handler", "Intercept", "RequestContext", "api"]

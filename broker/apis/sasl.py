@@ -15,8 +15,7 @@ password in the metadata log; the salted password itself is never kept.
 
 from __future__ import annotations
 
-from typing import Any
-
+from broker.apis.context import RequestContext
 from broker.apis.registry import api
 from broker.security.authz import Op, authorize_cluster
 from broker.security.sasl.scram import BY_TYPE, MAX_ITERATIONS, credential_from_salted
@@ -27,19 +26,21 @@ E = ErrorCode
 
 
 @api(17)
-async def handle_sasl_handshake(ctx: Any, request: Any) -> Any:
+async def handle_sasl_handshake(ctx: RequestContext, request: M.SaslHandshakeRequest) -> M.SaslHandshakeResponse:
     return M.SaslHandshakeResponse(error_code=int(E.ILLEGAL_SASL_STATE), mechanisms=[])
 
 
 @api(36)
-async def handle_sasl_authenticate(ctx: Any, request: Any) -> Any:
+async def handle_sasl_authenticate(ctx: RequestContext, request: M.SaslAuthenticateRequest
+                                   ) -> M.SaslAuthenticateResponse:
     return M.SaslAuthenticateResponse(error_code=int(E.ILLEGAL_SASL_STATE), auth_bytes=b"",
                                       error_message="SaslAuthenticate request received after successful authentication")
 
 
 # ----- DescribeUserScramCredentials ------------------------------------------------------------
 @api(50)
-async def handle_describe_user_scram_credentials(ctx: Any, request: Any) -> Any:
+async def handle_describe_user_scram_credentials(ctx: RequestContext, request: M.DescribeUserScramCredentialsRequest
+                                                 ) -> M.DescribeUserScramCredentialsResponse:
     R = M.DescribeUserScramCredentialsResponse
     if not authorize_cluster(ctx, Op.DESCRIBE):
         return R(throttle_time_ms=0, error_code=int(E.CLUSTER_AUTHORIZATION_FAILED), results=[])
@@ -78,7 +79,8 @@ def _name_and_mechanism_error(name: str, mechanism: int) -> tuple[ErrorCode, str
 
 
 @api(51)
-async def handle_alter_user_scram_credentials(ctx: Any, request: Any) -> Any:
+async def handle_alter_user_scram_credentials(ctx: RequestContext, request: M.AlterUserScramCredentialsRequest
+                                              ) -> M.AlterUserScramCredentialsResponse:
     R = M.AlterUserScramCredentialsResponse
     users = [d.name for d in request.deletions] + [u.name for u in request.upsertions]
     if not authorize_cluster(ctx, Op.ALTER):
@@ -87,8 +89,8 @@ async def handle_alter_user_scram_credentials(ctx: Any, request: Any) -> Any:
             for name in dict.fromkeys(users)])
     stored = ctx.broker.metadata.image.scram
     errors: dict[str, tuple[ErrorCode, str]] = {}
-    deletions: dict[str, Any] = {}
-    upsertions: dict[str, Any] = {}
+    deletions: dict[str, M.AlterUserScramCredentialsRequest.ScramCredentialDeletion] = {}
+    upsertions: dict[str, M.AlterUserScramCredentialsRequest.ScramCredentialUpsertion] = {}
     duplicate = (E.DUPLICATE_RESOURCE, "A user credential cannot be altered twice in the same request")
     for d in request.deletions:
         if d.name in errors:
@@ -118,7 +120,7 @@ async def handle_alter_user_scram_credentials(ctx: Any, request: Any) -> Any:
             errors[u.name] = problem
         else:
             upsertions[u.name] = u
-    records: list[Any] = []
+    records: list[M.RemoveUserScramCredentialRecord | M.UserScramCredentialRecord] = []
     results = []
     for d in deletions.values():
         records.append(M.RemoveUserScramCredentialRecord(name=d.name, mechanism=d.mechanism))

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
 
 import structlog
 
+from broker.apis.context import RequestContext
 from broker.apis.group import coordinator_of, release_on_next_request, request_info
 from broker.apis.registry import api
 from broker.metadata import features
@@ -41,26 +41,29 @@ log = structlog.get_logger("broker.share")
 E = ErrorCode
 F = M.ShareFetchResponse
 A = M.ShareAcknowledgeResponse
+# the acknowledgements of a ShareFetch or a ShareAcknowledge (the same fields)
+AckTopic = M.ShareFetchRequest.FetchTopic | M.ShareAcknowledgeRequest.AcknowledgeTopic
 RECORD_LIMIT = 1  # ShareAcquireMode (KIP-1206): 0 batch_optimized, 1 record_limit
 
 
-def share_groups_enabled(ctx: Any) -> bool:
+def share_groups_enabled(ctx: RequestContext) -> bool:
     return bool(ctx.broker.metadata.feature_level(features.SHARE_VERSION) >= 1)
 
 
 UNSUPPORTED = KafkaError(E.UNSUPPORTED_VERSION, "The version of API is not supported.")
 
 
-def manager_of(ctx: Any) -> SharePartitionManager:
-    manager = getattr(ctx.broker, "share_manager", None)
+def manager_of(ctx: RequestContext) -> SharePartitionManager:
+    manager = ctx.broker.share_manager
     if manager is None:
         raise KafkaError(E.COORDINATOR_NOT_AVAILABLE)
-    return manager  # type: ignore[no-any-return]
+    return manager
 
 
 # ----- ShareGroupHeartbeat / ShareGroupDescribe --------------------------------------------
 @api(76)
-async def handle_share_group_heartbeat(ctx: Any, request: Any) -> Any:
+async def handle_share_group_heartbeat(ctx: RequestContext, request: M.ShareGroupHeartbeatRequest
+                                       ) -> M.ShareGroupHeartbeatResponse:
     try:
         if not share_groups_enabled(ctx):
             raise UNSUPPORTED
@@ -82,10 +85,11 @@ async def handle_share_group_heartbeat(ctx: Any, request: Any) -> Any:
     return response
 
 
-def _initialize(ctx: Any, group_id: str, topic_partitions: Iterable[Any]) -> None:
+def _initialize(ctx: RequestContext, group_id: str,
+                topic_partitions: Iterable[M.ShareGroupHeartbeatResponse.TopicPartitions]) -> None:
     """Newly assigned share-partitions get their state now (the start offset is fixed when the
     partition is first assigned, as Kafka initializes it from the heartbeat)."""
-    manager = getattr(ctx.broker, "share_manager", None)
+    manager = ctx.broker.share_manager
     if manager is None:
         return
     missing = [(tp.topic_id, p) for tp in topic_partitions for p in tp.partitions
@@ -95,10 +99,11 @@ def _initialize(ctx: Any, group_id: str, topic_partitions: Iterable[Any]) -> Non
 
 
 @api(77)
-async def handle_share_group_describe(ctx: Any, request: Any) -> Any:
+async def handle_share_group_describe(ctx: RequestContext, request: M.ShareGroupDescribeRequest
+                                      ) -> M.ShareGroupDescribeResponse:
     group_ids = list(request.group_ids)
     D = M.ShareGroupDescribeResponse.DescribedGroup
-    denied: list[Any] = []
+    denied: list[M.ShareGroupDescribeResponse.DescribedGroup] = []
     try:
         if not share_groups_enabled(ctx):
             raise UNSUPPORTED
@@ -112,12 +117,13 @@ async def handle_share_group_describe(ctx: Any, request: Any) -> Any:
             if g.error_code == E.NONE:
                 g.authorized_operations = authorized_operations(ctx, Res.GROUP, g.group_id)
     groups = denied + groups
-    if getattr(ctx.broker, "authorizer", None) is not None:
+    if ctx.broker.authorizer is not None:
         groups = [_hide_unauthorized_topics(ctx, g) for g in groups]
     return M.ShareGroupDescribeResponse(groups=groups)
 
 
-def _hide_unauthorized_topics(ctx: Any, group: Any) -> Any:
+def _hide_unauthorized_topics(ctx: RequestContext, group: M.ShareGroupDescribeResponse.DescribedGroup
+                              ) -> M.ShareGroupDescribeResponse.DescribedGroup:
     """A group whose members hold topics the principal may not describe is not shown (KafkaApis)."""
     names = {tp.topic_name for m in group.members or [] if m.assignment is not None
              for tp in m.assignment.topic_partitions}
@@ -143,9 +149,9 @@ def _validate_batches(batches: list[AckBatch], max_type: int) -> bool:
     return True
 
 
-def readable_topics(ctx: Any) -> Any:
+def readable_topics(ctx: RequestContext) -> Callable[[uuid.UUID], bool] | None:
     """The check of READ on a topic (by id) for share fetches and acknowledgements; None: all."""
-    if getattr(ctx.broker, "authorizer", None) is None:
+    if ctx.broker.authorizer is None:
         return None
     metadata = ctx.broker.metadata
 
@@ -156,8 +162,8 @@ def readable_topics(ctx: Any) -> Any:
     return readable
 
 
-def _collect_acks(ctx: Any, topics: Iterable[Any]) -> tuple[dict[TopicIdPartition, list[AckBatch]],
-                                                           dict[TopicIdPartition, ErrorCode]]:
+def _collect_acks(ctx: RequestContext, topics: Iterable[AckTopic]) -> tuple[dict[TopicIdPartition, list[AckBatch]],
+                                                                         dict[TopicIdPartition, ErrorCode]]:
     """The request's acknowledgements by partition (the same topic may appear several times:
     librdkafka does not group its partitions), and the errors of those that cannot be applied."""
     metadata = ctx.broker.metadata
@@ -185,8 +191,8 @@ def _collect_acks(ctx: Any, topics: Iterable[Any]) -> tuple[dict[TopicIdPartitio
     return acks, errors
 
 
-async def _acknowledge(ctx: Any, manager: SharePartitionManager, group_id: str, member_id: str,
-                       topics: Iterable[Any]) -> dict[TopicIdPartition, tuple[ErrorCode, str | None]]:
+async def _acknowledge(ctx: RequestContext, manager: SharePartitionManager, group_id: str, member_id: str,
+                       topics: Iterable[AckTopic]) -> dict[TopicIdPartition, tuple[ErrorCode, str | None]]:
     acks, errors = _collect_acks(ctx, topics)
     results: dict[TopicIdPartition, tuple[ErrorCode, str | None]] = {tp: (code, None) for tp, code in errors.items()}
     if acks:
@@ -194,33 +200,34 @@ async def _acknowledge(ctx: Any, manager: SharePartitionManager, group_id: str, 
     return results
 
 
-def _watch_connection(ctx: Any, manager: SharePartitionManager) -> None:
+def _watch_connection(ctx: RequestContext, manager: SharePartitionManager) -> None:
     """The member's share session ends with its connection (Kafka's ShareSessionCache listener)."""
     connection = ctx.connection
-    if connection is not None and not getattr(connection, "share_watched", False):
+    if not connection.share_watched:
         connection.share_watched = True
         connection.on_close.append(lambda: manager.on_connection_closed(connection))
 
 
-def _leader(ctx: Any) -> Any:
+def _leader(ctx: RequestContext) -> F.LeaderIdAndEpoch:
     return F.LeaderIdAndEpoch(leader_id=ctx.broker.node_id, leader_epoch=0)
 
 
 # ----- ShareFetch --------------------------------------------------------------------------
 @api(78)
-async def handle_share_fetch(ctx: Any, request: Any) -> Any:
+async def handle_share_fetch(ctx: RequestContext, request: M.ShareFetchRequest) -> M.ShareFetchResponse:
     manager = manager_of(ctx)
     group_id, member_id, epoch = request.group_id, request.member_id, request.share_session_epoch
     lock_ms = manager.lock_duration_ms(group_id) if group_id else 0
 
-    def failed(code: ErrorCode, message: str | None = None) -> Any:
+    def failed(code: ErrorCode, message: str | None = None) -> M.ShareFetchResponse:
         return F(error_code=code, error_message=message, acquisition_lock_timeout_ms=lock_ms, responses=[],
                  node_endpoints=[])
 
     if not share_groups_enabled(ctx):
         return failed(UNSUPPORTED.code, UNSUPPORTED.message)
 
-    if not authorize(ctx, Op.READ, Res.GROUP, group_id):
+    # a null group id is no resource name: the request is invalid (below), not looked up in the ACLs
+    if group_id is not None and not authorize(ctx, Op.READ, Res.GROUP, group_id):
         return failed(E.GROUP_AUTHORIZATION_FAILED, AUTHORIZATION_MESSAGES[E.GROUP_AUTHORIZATION_FAILED])
     if not group_id or not member_id:
         return failed(E.INVALID_REQUEST, "A share fetch needs a group id and a member id.")
@@ -280,17 +287,17 @@ async def handle_share_fetch(ctx: Any, request: Any) -> Any:
         # its delivery counts, as in Kafka
         fetch_results = {}
     full = epoch == INITIAL_EPOCH and not throttle_ms
-    order = list(dict.fromkeys([*(session.partitions if session is not None and full else ()),
-                                *fetch_results, *ack_results]))
-    by_topic: dict[uuid.UUID, Any] = {}
+    order: list[TopicIdPartition] = list(dict.fromkeys([
+        *(session.partitions if session is not None and full else ()), *fetch_results, *ack_results]))
+    by_topic: dict[uuid.UUID, F.ShareFetchableTopicResponse] = {}
     for tp in order:
         result = fetch_results.get(tp, PartitionResult())
         ack = ack_results.get(tp)
         if not full and not result.acquired and result.error == E.NONE and ack is None:
             continue
-        topic = by_topic.get(tp[0])  # type: ignore[call-overload]
+        topic = by_topic.get(tp[0])
         if topic is None:
-            topic = by_topic[tp[0]] = F.ShareFetchableTopicResponse(topic_id=tp[0], partitions=[])  # type: ignore
+            topic = by_topic[tp[0]] = F.ShareFetchableTopicResponse(topic_id=tp[0], partitions=[])
         topic.partitions.append(F.PartitionData(
             partition_index=tp[1], error_code=result.error, error_message=result.message,
             acknowledge_error_code=ack[0] if ack else E.NONE, acknowledge_error_message=ack[1] if ack else None,
@@ -337,14 +344,15 @@ def _record_fetched(ctx: Any, quota: Any, results: dict[TopicIdPartition, Partit
 
 # ----- ShareAcknowledge --------------------------------------------------------------------
 @api(79)
-async def handle_share_acknowledge(ctx: Any, request: Any) -> Any:
+async def handle_share_acknowledge(ctx: RequestContext, request: M.ShareAcknowledgeRequest
+                                   ) -> M.ShareAcknowledgeResponse:
     manager = manager_of(ctx)
     group_id, member_id, epoch = request.group_id, request.member_id, request.share_session_epoch
     lock_ms = manager.lock_duration_ms(group_id) if group_id else 0
     if not share_groups_enabled(ctx):
         return A(error_code=UNSUPPORTED.code, error_message=UNSUPPORTED.message, acquisition_lock_timeout_ms=lock_ms,
                  responses=[], node_endpoints=[])
-    if not authorize(ctx, Op.READ, Res.GROUP, group_id):
+    if group_id is not None and not authorize(ctx, Op.READ, Res.GROUP, group_id):
         return A(error_code=E.GROUP_AUTHORIZATION_FAILED, error_message=AUTHORIZATION_MESSAGES[
             E.GROUP_AUTHORIZATION_FAILED], acquisition_lock_timeout_ms=lock_ms, responses=[], node_endpoints=[])
     if not group_id or not member_id:
@@ -355,11 +363,11 @@ async def handle_share_acknowledge(ctx: Any, request: Any) -> Any:
         return A(error_code=exc.code, error_message=exc.message, acquisition_lock_timeout_ms=lock_ms, responses=[],
                  node_endpoints=[])
     results = await _acknowledge(ctx, manager, group_id, member_id, request.topics)
-    by_topic: dict[uuid.UUID, Any] = {}
+    by_topic: dict[uuid.UUID, A.ShareAcknowledgeTopicResponse] = {}
     for (topic_id, index), (code, message) in results.items():
-        topic = by_topic.get(topic_id)  # type: ignore[call-overload]
+        topic = by_topic.get(topic_id)
         if topic is None:
-            topic = by_topic[topic_id] = A.ShareAcknowledgeTopicResponse(topic_id=topic_id, partitions=[])  # type: ignore
+            topic = by_topic[topic_id] = A.ShareAcknowledgeTopicResponse(topic_id=topic_id, partitions=[])
         topic.partitions.append(A.PartitionData(partition_index=index, error_code=code, error_message=message,
                                                 current_leader=A.LeaderIdAndEpoch(leader_id=ctx.broker.node_id,
                                                                                    leader_epoch=0)))

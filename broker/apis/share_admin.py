@@ -17,15 +17,20 @@ in memory are dropped, so the next fetch reads the new state.
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING
 
+from broker.apis.context import BrokerServices, RequestContext
 from broker.apis.group import coordinator_of
 from broker.apis.registry import api
 from broker.apis.share import UNSUPPORTED, share_groups_enabled
 from broker.security.acl import AUTHORIZATION_MESSAGES
 from broker.security.authz import Op, Res, authorize
+from broker.share.manager import SharePartitionManager
 from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:  # for annotations only (not imported with the handlers)
+    from broker.coordinator.share import ShareCoordinator
 
 E = ErrorCode
 DR = M.DescribeShareGroupOffsetsResponse
@@ -44,16 +49,26 @@ def _error(exc: BaseException) -> tuple[ErrorCode, str | None]:
     return E.UNKNOWN_SERVER_ERROR, str(exc)
 
 
+def _share_state(broker: BrokerServices) -> tuple[ShareCoordinator, SharePartitionManager]:
+    """The share coordinator (the durable state) and the share-partition manager (what is in memory)."""
+    coordinator, manager = broker.share_coordinator, broker.share_manager
+    if coordinator is None or manager is None:  # not started yet
+        raise KafkaError(E.COORDINATOR_NOT_AVAILABLE)
+    return coordinator, manager
+
+
 # ----- DescribeShareGroupOffsets -----------------------------------------------------------
-async def _describe_partition(broker: Any, group_id: str, topic_id: uuid.UUID, name: str, index: int) -> Any:
+async def _describe_partition(broker: BrokerServices, group_id: str, topic_id: uuid.UUID, name: str, index: int
+                              ) -> DR.DescribeShareGroupOffsetsResponsePartition:
     key = (group_id, topic_id, index)
-    state = await broker.share_coordinator.read_state(key)
+    coordinator, manager = _share_state(broker)
+    state = await coordinator.read_state(key)
     if state is None or state.start_offset == UNINITIALIZED_START_OFFSET:
         return DR.DescribeShareGroupOffsetsResponsePartition(
             partition_index=index, start_offset=UNINITIALIZED_START_OFFSET,
             leader_epoch=0 if state is None else state.leader_epoch, lag=UNINITIALIZED_LAG)
     # the share-partition this broker serves is fresher than its last write
-    start, complete = broker.share_manager.live_offsets(key) or (state.start_offset, state.delivery_complete_count)
+    start, complete = manager.live_offsets(key) or (state.start_offset, state.delivery_complete_count)
     lag = UNINITIALIZED_LAG
     if complete != NO_DELIVERY_COMPLETE_COUNT:
         partition = broker.partitions.get(name, index)
@@ -65,7 +80,8 @@ async def _describe_partition(broker: Any, group_id: str, topic_id: uuid.UUID, n
         partition_index=index, start_offset=start, leader_epoch=state.leader_epoch, lag=lag)
 
 
-async def _describe_group(ctx: Any, group: Any) -> Any:
+async def _describe_group(ctx: RequestContext, group: M.DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestGroup
+                          ) -> DR.DescribeShareGroupOffsetsResponseGroup:
     broker = ctx.broker
     group_id = group.group_id
     if not share_groups_enabled(ctx):
@@ -77,7 +93,7 @@ async def _describe_group(ctx: Any, group: Any) -> Any:
         return DR.DescribeShareGroupOffsetsResponseGroup(group_id=group_id, topics=[])
     try:
         wanted: list[tuple[uuid.UUID, str, list[int]]] = []
-        unknown: list[Any] = []
+        unknown: list[DR.DescribeShareGroupOffsetsResponseTopic] = []
         if group.topics is None:
             initialized = await coordinator_of(ctx).initialized_share_partitions(group_id)
             for topic_id, partitions in initialized.items():
@@ -117,12 +133,13 @@ async def _describe_group(ctx: Any, group: Any) -> Any:
 
 
 @api(90)
-async def handle_describe_share_group_offsets(ctx: Any, request: Any) -> Any:
+async def handle_describe_share_group_offsets(ctx: RequestContext, request: M.DescribeShareGroupOffsetsRequest
+                                              ) -> M.DescribeShareGroupOffsetsResponse:
     return DR(groups=[await _describe_group(ctx, g) for g in request.groups])
 
 
 # ----- AlterShareGroupOffsets --------------------------------------------------------------
-def _refused(ctx: Any, group_id: str, operation: Op) -> KafkaError | None:
+def _refused(ctx: RequestContext, group_id: str, operation: Op) -> KafkaError | None:
     """Why an alter or delete is refused before the group is looked at (share.version, the
     principal's READ or DELETE on the group, group id)."""
     if not share_groups_enabled(ctx):
@@ -135,13 +152,14 @@ def _refused(ctx: Any, group_id: str, operation: Op) -> KafkaError | None:
 
 
 @api(91)
-async def handle_alter_share_group_offsets(ctx: Any, request: Any) -> Any:
+async def handle_alter_share_group_offsets(ctx: RequestContext, request: M.AlterShareGroupOffsetsRequest
+                                           ) -> M.AlterShareGroupOffsetsResponse:
     broker = ctx.broker
     group_id = request.group_id
     refused = _refused(ctx, group_id, Op.READ)
     if refused is not None:
         return AR(error_code=refused.code, error_message=refused.message, responses=[])
-    errors: list[Any] = []
+    errors: list[AR.AlterShareGroupOffsetsResponseTopic] = []
     known = []
     for t in request.topics:
         if not authorize(ctx, Op.READ, Res.TOPIC, t.topic_name):
@@ -160,6 +178,7 @@ async def handle_alter_share_group_offsets(ctx: Any, request: Any) -> Any:
             known.append(t)
     request.topics = known
     try:
+        share_coordinator, share_manager = _share_state(broker)
         result = await coordinator_of(ctx).alter_share_group_offsets(group_id, request)
     except Exception as exc:
         code, message = _error(exc)
@@ -167,11 +186,10 @@ async def handle_alter_share_group_offsets(ctx: Any, request: Any) -> Any:
     failed: dict[tuple[uuid.UUID, int], tuple[ErrorCode, str | None]] = {}
     for (topic_id, index), start_offset in result.offsets.items():
         try:
-            await broker.share_coordinator.initialize_state((group_id, topic_id, index), result.state_epoch,
-                                                            start_offset)
+            await share_coordinator.initialize_state((group_id, topic_id, index), result.state_epoch, start_offset)
         except Exception as exc:
             failed[(topic_id, index)] = _error(exc)
-    broker.share_manager.drop([(group_id, topic_id, index) for topic_id, index in result.offsets])
+    share_manager.drop([(group_id, topic_id, index) for topic_id, index in result.offsets])
     for topic in result.response.responses:
         for p in topic.partitions:
             if (topic.topic_id, p.partition_index) in failed:
@@ -181,7 +199,8 @@ async def handle_alter_share_group_offsets(ctx: Any, request: Any) -> Any:
 
 # ----- DeleteShareGroupOffsets -------------------------------------------------------------
 @api(92)
-async def handle_delete_share_group_offsets(ctx: Any, request: Any) -> Any:
+async def handle_delete_share_group_offsets(ctx: RequestContext, request: M.DeleteShareGroupOffsetsRequest
+                                            ) -> M.DeleteShareGroupOffsetsResponse:
     broker = ctx.broker
     group_id = request.group_id
     refused = _refused(ctx, group_id, Op.DELETE)
@@ -194,22 +213,23 @@ async def handle_delete_share_group_offsets(ctx: Any, request: Any) -> Any:
     request.topics = [t for t in request.topics if t.topic_name not in {d.topic_name for d in denied}]
     coordinator = coordinator_of(ctx)
     try:
+        share_coordinator, share_manager = _share_state(broker)
         result = await coordinator.initiate_delete_share_group_offsets(group_id, request)
     except Exception as exc:
         code, message = _error(exc)
         return XR(error_code=code, error_message=message, responses=[])
-    deleted: list[Any] = []
+    deleted: list[XR.DeleteShareGroupOffsetsResponseTopic] = []
     errors = denied + list(result.errors)
     for topic_id, (name, partitions) in result.to_delete.items():
         keys = [(group_id, topic_id, p) for p in partitions]
         try:
-            await broker.share_coordinator.delete_state(keys)
+            await share_coordinator.delete_state(keys)
         except Exception as exc:
             code, message = _error(exc)
             errors.append(XR.DeleteShareGroupOffsetsResponseTopic(topic_name=name, topic_id=topic_id, error_code=code,
                                                                   error_message=message))
             continue
-        broker.share_manager.drop(keys)
+        share_manager.drop(keys)
         deleted.append(XR.DeleteShareGroupOffsetsResponseTopic(topic_name=name, topic_id=topic_id))
     if deleted:
         try:

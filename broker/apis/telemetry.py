@@ -7,15 +7,14 @@ version its ApiVersions request gave, its address and port.
 
 from __future__ import annotations
 
-from typing import Any
-
+from broker.apis.context import RequestContext
 from broker.apis.registry import api
+from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
-from protocol.messages import GetTelemetrySubscriptionsResponse, PushTelemetryResponse
 
 
-def client_identity(ctx: Any) -> dict[str, str]:
-    name, version = getattr(ctx.connection, "client_software", ("unknown", "unknown"))
+def client_identity(ctx: RequestContext) -> dict[str, str]:
+    name, version = ctx.connection.client_software
     return {
         "client_id": ctx.client_id or "", "client_software_name": name, "client_software_version": version,
         "client_source_address": ctx.client_host, "client_source_port": str(ctx.client_port),
@@ -23,10 +22,11 @@ def client_identity(ctx: Any) -> dict[str, str]:
 
 
 @api(71)
-async def handle_get_telemetry_subscriptions(ctx: Any, request: Any) -> Any:
+async def handle_get_telemetry_subscriptions(ctx: RequestContext, request: M.GetTelemetrySubscriptionsRequest
+                                             ) -> M.GetTelemetrySubscriptionsResponse:
     telemetry = ctx.broker.telemetry
     answer = telemetry.get_subscriptions(request.client_instance_id, client_identity(ctx))
-    return GetTelemetrySubscriptionsResponse(
+    return M.GetTelemetrySubscriptionsResponse(
         throttle_time_ms=0, error_code=int(answer.error), client_instance_id=answer.instance_id,
         subscription_id=answer.subscription_id,
         accepted_compression_types=list(telemetry.accepted_compression_types) if answer.error == ErrorCode.NONE else [],
@@ -37,10 +37,10 @@ async def handle_get_telemetry_subscriptions(ctx: Any, request: Any) -> Any:
 
 
 @api(72)
-async def handle_push_telemetry(ctx: Any, request: Any) -> Any:
+async def handle_push_telemetry(ctx: RequestContext, request: M.PushTelemetryRequest) -> M.PushTelemetryResponse:
     try:
         ctx.broker.telemetry.push(request.client_instance_id, client_identity(ctx), request.subscription_id,
                                   request.terminating, request.compression_type, bytes(request.metrics or b""))
     except KafkaError as exc:
-        return PushTelemetryResponse(throttle_time_ms=0, error_code=int(exc.code))
-    return PushTelemetryResponse(throttle_time_ms=0, error_code=0)
+        return M.PushTelemetryResponse(throttle_time_ms=0, error_code=int(exc.code))
+    return M.PushTelemetryResponse(throttle_time_ms=0, error_code=0)

@@ -11,15 +11,15 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 from collections.abc import Collection
-from typing import Any
 
 from broker.apis.configs import effective_topic_configs, validate_topic_configs
+from broker.apis.context import BrokerServices, RequestContext
 from broker.apis.registry import api
-from broker.metadata import validate_topic_name
+from broker.metadata import TopicInfo, validate_topic_name
 from broker.security.acl import AUTHORIZATION_MESSAGES
 from broker.security.authz import Op, Res, authorize, authorize_cluster
+from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
-from protocol.messages import CreatePartitionsResponse, CreateTopicsResponse, DeleteTopicsResponse
 
 CLUSTER_METADATA_TOPIC = "__cluster_metadata"
 MAX_PARTITIONS_PER_BATCH = 10_000  # Kafka's bound on the partitions one request may create
@@ -66,10 +66,11 @@ def _unable_to_replicate(replication_factor: int, registered: int) -> KafkaError
 # ---------------------------------------------------------------------------------------------
 # CreateTopics
 
-C = CreateTopicsResponse
+C = M.CreateTopicsResponse
 
 
-def partition_layout(broker: Any, topic: Any) -> tuple[int, int, list[list[int]] | None]:
+def partition_layout(broker: BrokerServices, topic: M.CreateTopicsRequest.CreatableTopic
+                     ) -> tuple[int, int, list[list[int]] | None]:
     """(partitions, replication factor, manual assignments by partition or None) of a
     CreatableTopic, or KafkaError as Kafka's controller."""
     if topic.assignments:
@@ -109,7 +110,7 @@ def partition_layout(broker: Any, topic: Any) -> tuple[int, int, list[list[int]]
     return partitions, factor, None
 
 
-def _check_name(broker: Any, name: str) -> None:
+def _check_name(broker: BrokerServices, name: str) -> None:
     validate_topic_name(name)
     collides = name.replace(".", "_")
     if "." in name or "_" in name:
@@ -119,7 +120,8 @@ def _check_name(broker: Any, name: str) -> None:
                                  "Topic '%s' collides with existing topic: %s" % (name, other))
 
 
-async def _create_topic(broker: Any, topic: Any, validate_only: bool) -> Any:
+async def _create_topic(broker: BrokerServices, topic: M.CreateTopicsRequest.CreatableTopic, validate_only: bool
+                        ) -> C.CreatableTopicResult:
     name = topic.name
     if broker.metadata.topic(name) is not None:
         raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, "Topic '%s' already exists." % name)
@@ -127,7 +129,7 @@ async def _create_topic(broker: Any, topic: Any, validate_only: bool) -> Any:
     nulls = [c.name for c in topic.configs if c.value is None]
     if nulls:
         raise KafkaError(ErrorCode.INVALID_CONFIG, "Null value not supported for topic configs: " + ",".join(nulls))
-    configs = {c.name: c.value for c in topic.configs}
+    configs = {c.name: c.value for c in topic.configs if c.value is not None}  # no nulls: refused above
     validate_topic_configs(broker, configs)
     partitions, factor, assignments = partition_layout(broker, topic)
     if validate_only:
@@ -145,11 +147,11 @@ async def _create_topic(broker: Any, topic: Any, validate_only: bool) -> Any:
     )
 
 
-def _create_error(name: str, code: ErrorCode, message: str | None) -> Any:
+def _create_error(name: str, code: ErrorCode, message: str | None) -> C.CreatableTopicResult:
     return C.CreatableTopicResult(name=name, error_code=int(code), error_message=message)
 
 
-def _requested_partitions(broker: Any, topics: list[Any]) -> int:
+def _requested_partitions(broker: BrokerServices, topics: list[M.CreateTopicsRequest.CreatableTopic]) -> int:
     total = 0
     for t in topics:
         if t.assignments:
@@ -162,7 +164,7 @@ def _requested_partitions(broker: Any, topics: list[Any]) -> int:
 
 
 @api(19)
-async def handle_create_topics(ctx: Any, request: Any) -> Any:
+async def handle_create_topics(ctx: RequestContext, request: M.CreateTopicsRequest) -> M.CreateTopicsResponse:
     broker = ctx.broker
     if _requested_partitions(broker, request.topics) > MAX_PARTITIONS_PER_BATCH:
         message = "Excessively large number of partitions per request."
@@ -202,22 +204,22 @@ async def handle_create_topics(ctx: Any, request: Any) -> Any:
 # ---------------------------------------------------------------------------------------------
 # DeleteTopics
 
-T = DeleteTopicsResponse
+T = M.DeleteTopicsResponse
 
 
 def _deleted(name: str | None, topic_id: uuid.UUID, code: ErrorCode = ErrorCode.NONE,
-             message: str | None = None) -> Any:
+             message: str | None = None) -> T.DeletableTopicResult:
     return T.DeletableTopicResult(name=name, topic_id=topic_id, error_code=int(code), error_message=message)
 
 
-def _requested_topics(request: Any, version: int) -> list[tuple[str | None, uuid.UUID]]:
+def _requested_topics(request: M.DeleteTopicsRequest, version: int) -> list[tuple[str | None, uuid.UUID]]:
     if version >= 6:
         return [(t.name, t.topic_id) for t in request.topics]
     return [(name, ZERO_UUID) for name in request.topic_names]
 
 
 @api(20)
-async def handle_delete_topics(ctx: Any, request: Any) -> Any:
+async def handle_delete_topics(ctx: RequestContext, request: M.DeleteTopicsRequest) -> M.DeleteTopicsResponse:
     broker = ctx.broker
     version = ctx.api_version
     requested = _requested_topics(request, version)
@@ -292,11 +294,11 @@ async def handle_delete_topics(ctx: Any, request: Any) -> Any:
 # ---------------------------------------------------------------------------------------------
 # CreatePartitions
 
-P = CreatePartitionsResponse
+P = M.CreatePartitionsResponse
 
 
-def check_new_partitions(broker: Any, topic: Any) -> None:
-    """Kafka's checks of a CreatePartitionsTopic against the topic as it is."""
+def check_new_partitions(broker: BrokerServices, topic: M.CreatePartitionsRequest.CreatePartitionsTopic) -> TopicInfo:
+    """Kafka's checks of a CreatePartitionsTopic against the topic as it is (returned)."""
     info = broker.metadata.topic(topic.name)
     if info is None:
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
@@ -313,10 +315,11 @@ def check_new_partitions(broker: Any, topic: Any) -> None:
         factor = len(info.assignments[0].replicas) if 0 in info.assignments else 1
         for a in topic.assignments:
             assigned_brokers(a.broker_ids, broker.node_ids(), factor)
+    return info
 
 
 @api(37)
-async def handle_create_partitions(ctx: Any, request: Any) -> Any:
+async def handle_create_partitions(ctx: RequestContext, request: M.CreatePartitionsRequest) -> M.CreatePartitionsResponse:
     broker = ctx.broker
     counts = Counter(t.name for t in request.topics)
     results = [
@@ -333,8 +336,7 @@ async def handle_create_partitions(ctx: Any, request: Any) -> Any:
                 name=topic.name, error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED), error_message=None))
             continue
         try:
-            check_new_partitions(broker, topic)
-            info = broker.metadata.topic(topic.name)
+            info = check_new_partitions(broker, topic)
             budget -= topic.count - info.partitions
             if budget < 0:
                 raise KafkaError(ErrorCode.POLICY_VIOLATION, "Excessively large number of partitions per request.")

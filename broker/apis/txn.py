@@ -11,14 +11,16 @@ broker's batch (with VerifyOnly), EndTxn v5 is a transactions-v2 client.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
+from broker.apis.context import BrokerServices, RequestContext, TxnVerifier
 from broker.apis.group import coordinator_of as group_coordinator_of
 from broker.apis.registry import api
 from broker.coordinator.group.coordinator import GROUP_METADATA_TOPIC as OFFSETS_TOPIC
 from broker.coordinator.group.coordinator import txn_offset_commit_error
+from broker.coordinator.txn import TransactionCoordinator
 from broker.coordinator.txn.state import TV_0, TV_2, TopicPartition
 from broker.metadata import INTERNAL_TOPICS
+from broker.partition import Partition, VerificationState
 from broker.security.authz import (
     Op,
     Res,
@@ -40,13 +42,18 @@ _ADD_RETRY_BACKOFF_S = 0.02
 _ADD_RETRY_MAX_S = 0.1
 
 
-def coordinator_of(ctx: Any, transactional_id: str | None = None) -> Any:
-    """This broker's transaction coordinator; for a partition leader verifying a transactional
-    produce (`transactional_id`), the id's coordinator wherever it is (a process cluster)."""
-    if transactional_id is not None:
-        coordinator = ctx.broker.txn_coordinator_for(transactional_id)
-    else:
-        coordinator = getattr(ctx.broker, "txn_coordinator", None)
+def coordinator_of(ctx: RequestContext) -> TransactionCoordinator:
+    """This broker's transaction coordinator."""
+    coordinator = ctx.broker.txn_coordinator
+    if coordinator is None:
+        raise KafkaError(E.COORDINATOR_NOT_AVAILABLE)
+    return coordinator
+
+
+def verifier_of(ctx: RequestContext, transactional_id: str) -> TxnVerifier:
+    """The coordinator of `transactional_id` as a partition leader verifying a transactional
+    produce asks it: this broker's, or another node's (a process cluster)."""
+    coordinator = ctx.broker.txn_coordinator_for(transactional_id)
     if coordinator is None:
         raise KafkaError(E.COORDINATOR_NOT_AVAILABLE)
     return coordinator
@@ -59,7 +66,7 @@ def _fenced(code: ErrorCode, version: int, knows_fenced_from: int) -> ErrorCode:
 
 # ----- InitProducerId ----------------------------------------------------------------------
 @api(22)
-async def handle_init_producer_id(ctx: Any, request: Any) -> Any:
+async def handle_init_producer_id(ctx: RequestContext, request: M.InitProducerIdRequest) -> M.InitProducerIdResponse:
     R = M.InitProducerIdResponse
     version = ctx.api_version
     # as KafkaApis, before anything else: WRITE on the transactional id; an idempotent producer
@@ -88,16 +95,17 @@ async def handle_init_producer_id(ctx: Any, request: Any) -> Any:
 
 
 # ----- AddPartitionsToTxn ------------------------------------------------------------------
-def _topic_results(errors: dict[TopicPartition, ErrorCode]) -> list[Any]:
+def _topic_results(errors: dict[TopicPartition, ErrorCode]) -> list[M.AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult]:
     R = M.AddPartitionsToTxnResponse
-    by_topic: dict[str, list[Any]] = {}
+    by_topic: dict[str, list[M.AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult]] = {}
     for (topic, partition), code in errors.items():
         by_topic.setdefault(topic, []).append(
             R.AddPartitionsToTxnPartitionResult(partition_index=partition, partition_error_code=code))
     return [R.AddPartitionsToTxnTopicResult(name=t, results_by_partition=ps) for t, ps in by_topic.items()]
 
 
-async def _add_partitions(ctx: Any, transaction: Any, version: int) -> dict[TopicPartition, ErrorCode]:
+async def _add_partitions(ctx: RequestContext, transaction: M.AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction,
+                         version: int) -> dict[TopicPartition, ErrorCode]:
     partitions = [(t.name, p) for t in transaction.topics for p in t.partitions]
     metadata = ctx.broker.metadata
     tid = transaction.transactional_id
@@ -131,7 +139,8 @@ async def _add_partitions(ctx: Any, transaction: Any, version: int) -> dict[Topi
 
 
 @api(24)
-async def handle_add_partitions_to_txn(ctx: Any, request: Any) -> Any:
+async def handle_add_partitions_to_txn(ctx: RequestContext, request: M.AddPartitionsToTxnRequest
+                                       ) -> M.AddPartitionsToTxnResponse:
     R = M.AddPartitionsToTxnResponse
     version = ctx.api_version
     if version < 4:
@@ -151,7 +160,7 @@ async def handle_add_partitions_to_txn(ctx: Any, request: Any) -> Any:
 
 # ----- AddOffsetsToTxn ---------------------------------------------------------------------
 @api(25)
-async def handle_add_offsets_to_txn(ctx: Any, request: Any) -> Any:
+async def handle_add_offsets_to_txn(ctx: RequestContext, request: M.AddOffsetsToTxnRequest) -> M.AddOffsetsToTxnResponse:
     """The group's __consumer_offsets partition joins the transaction (TxnOffsetCommit follows)."""
     R = M.AddOffsetsToTxnResponse
     if not authorize(ctx, Op.WRITE, Res.TRANSACTIONAL_ID, request.transactional_id):
@@ -181,7 +190,7 @@ def _offsets_error(code: ErrorCode, version: int) -> ErrorCode:
 
 
 @api(28)
-async def handle_txn_offset_commit(ctx: Any, request: Any) -> Any:
+async def handle_txn_offset_commit(ctx: RequestContext, request: M.TxnOffsetCommitRequest) -> M.TxnOffsetCommitResponse:
     R = M.TxnOffsetCommitResponse
     version = ctx.api_version
     metadata = ctx.broker.metadata
@@ -191,7 +200,7 @@ async def handle_txn_offset_commit(ctx: Any, request: Any) -> Any:
     if not authorize(ctx, Op.READ, Res.GROUP, request.group_id):
         return txn_offset_commit_error(request, E.GROUP_AUTHORIZATION_FAILED)
     readable = filter_authorized(ctx, Op.READ, Res.TOPIC, [t.name for t in request.topics])
-    answered: list[Any] = []  # unauthorized and unknown topics and partitions, answered here
+    answered: list[M.TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic] = []  # unauthorized and unknown topics and partitions, answered here
     valid = []
     for topic in request.topics:
         if topic.name not in readable:
@@ -221,7 +230,8 @@ async def handle_txn_offset_commit(ctx: Any, request: Any) -> Any:
     return R(topics=answered)
 
 
-async def _commit_transactional_offsets(ctx: Any, request: Any, version: int) -> Any:
+async def _commit_transactional_offsets(ctx: RequestContext, request: M.TxnOffsetCommitRequest, version: int
+                                        ) -> M.TxnOffsetCommitResponse:
     try:
         if not request.group_id:
             raise KafkaError(E.INVALID_GROUP_ID)
@@ -243,7 +253,7 @@ async def _commit_transactional_offsets(ctx: Any, request: Any, version: int) ->
 
 # ----- EndTxn ------------------------------------------------------------------------------
 @api(26)
-async def handle_end_txn(ctx: Any, request: Any) -> Any:
+async def handle_end_txn(ctx: RequestContext, request: M.EndTxnRequest) -> M.EndTxnResponse:
     R = M.EndTxnResponse
     version = ctx.api_version
     if not authorize(ctx, Op.WRITE, Res.TRANSACTIONAL_ID, request.transactional_id):
@@ -261,7 +271,7 @@ async def handle_end_txn(ctx: Any, request: Any) -> Any:
 
 # ----- WriteTxnMarkers ---------------------------------------------------------------------
 @api(27)
-async def handle_write_txn_markers(ctx: Any, request: Any) -> Any:
+async def handle_write_txn_markers(ctx: RequestContext, request: M.WriteTxnMarkersRequest) -> M.WriteTxnMarkersResponse:
     """A transaction coordinator's markers for this broker's partitions (inter-broker; our own
     coordinator writes its markers directly, broker/coordinator/txn/markers.py)."""
     R = M.WriteTxnMarkersResponse
@@ -283,7 +293,8 @@ async def handle_write_txn_markers(ctx: Any, request: Any) -> Any:
     return R(markers=results)
 
 
-async def _write_marker(broker: Any, marker: Any, topic: str, index: int, tv: int) -> ErrorCode:
+async def _write_marker(broker: BrokerServices, marker: M.WriteTxnMarkersRequest.WritableTxnMarker, topic: str,
+                        index: int, tv: int) -> ErrorCode:
     try:
         if topic == OFFSETS_TOPIC and broker.group_coordinator is not None:
             if not 0 <= index < broker.group_coordinator.runtime.num_partitions:
@@ -305,7 +316,8 @@ async def _write_marker(broker: Any, marker: Any, topic: str, index: int, tv: in
 
 # ----- DescribeTransactions / ListTransactions -------------------------------------------
 @api(65)
-async def handle_describe_transactions(ctx: Any, request: Any) -> Any:
+async def handle_describe_transactions(ctx: RequestContext, request: M.DescribeTransactionsRequest
+                                       ) -> M.DescribeTransactionsResponse:
     R = M.DescribeTransactionsResponse
     try:
         coordinator = coordinator_of(ctx)
@@ -313,7 +325,7 @@ async def handle_describe_transactions(ctx: Any, request: Any) -> Any:
         return R(transaction_states=[R.TransactionState(error_code=exc.code, transactional_id=t)
                                      for t in request.transactional_ids])
 
-    async def one(tid: str) -> Any:
+    async def one(tid: str) -> M.DescribeTransactionsResponse.TransactionState:
         if not authorize(ctx, Op.DESCRIBE, Res.TRANSACTIONAL_ID, tid):
             return R.TransactionState(error_code=E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, transactional_id=tid)
         code, meta = await coordinator.describe(tid)
@@ -332,7 +344,7 @@ async def handle_describe_transactions(ctx: Any, request: Any) -> Any:
 
 
 @api(66)
-async def handle_list_transactions(ctx: Any, request: Any) -> Any:
+async def handle_list_transactions(ctx: RequestContext, request: M.ListTransactionsRequest) -> M.ListTransactionsResponse:
     R = M.ListTransactionsResponse
     version = ctx.api_version
     try:
@@ -369,8 +381,8 @@ def _produce_error(code: ErrorCode, produce_version: int) -> KafkaError:
     return KafkaError(code)
 
 
-async def verify_transactional_produce(ctx: Any, partition: Any, header: BatchHeader,
-                                       transactional_id: str | None) -> object | None:
+async def verify_transactional_produce(ctx: RequestContext, partition: Partition, header: BatchHeader,
+                                       transactional_id: str | None) -> VerificationState | None:
     """Before a transactional batch opens a transaction in `partition`: make sure the partition is
     in the transaction (produce v3-11: ask the coordinator) or add it (v12+, transactions v2).
     Returns the verification guard to append with; raises KafkaError with the produce's error."""
@@ -380,7 +392,7 @@ async def verify_transactional_produce(ctx: Any, partition: Any, header: BatchHe
     guard = partition.start_verification(header.producer_id, header.base_sequence, supports_epoch_bump=version >= 12)
     tp = (partition.topic, partition.index)
     try:
-        coordinator = coordinator_of(ctx, transactional_id or "")
+        coordinator = verifier_of(ctx, transactional_id or "")
     except KafkaError as exc:
         raise _produce_error(exc.code, version) from None
     if version >= 12:

@@ -115,8 +115,8 @@ class MetadataImage:
         # security (broker/security/): ACLs by id, SCRAM credentials by (user, mechanism type),
         # client quotas by entity ((type, name or None for the default), ...); each kind's version
         # moves with every change so that readers rebuild their indexes
-        self.acls: dict[uuid.UUID, Any] = {}  # AccessControlEntryRecord
-        self.scram: dict[tuple[str, int], Any] = {}  # UserScramCredentialRecord
+        self.acls: dict[uuid.UUID, M.AccessControlEntryRecord] = {}
+        self.scram: dict[tuple[str, int], M.UserScramCredentialRecord] = {}
         self.client_quotas: dict[tuple[tuple[str, str | None], ...], dict[str, float]] = {}
         self.acl_version = 0
         self.quota_version = 0

@@ -29,18 +29,19 @@ import os
 import struct
 import sys
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Generator
+from collections.abc import Callable, Coroutine, Generator
 from typing import Any
 
 import structlog
 
-from broker.apis import APIS, Api, RequestContext, error_response
+from broker.apis import APIS, Api, BrokerServices, Intercept, RequestContext, error_response
 from broker.log.handles import OPEN_FILES, descriptor_limit
 from broker.log.segment import FileSlice
 from broker.observability.metrics import ApiStats
 from broker.security.connection import TlsAcceptor, new_authenticator, tls_principal
 from broker.security.listeners import Listener
 from broker.security.principal import ANONYMOUS
+from broker.security.quotas import ClientQuotas
 from broker.security.sasl.authenticator import Action, Outcome, SaslAuthenticator
 from protocol import frames
 from protocol.errors import ErrorCode, KafkaError, ProtocolError
@@ -177,6 +178,7 @@ class Connection(asyncio.BufferedProtocol):
         self.socket_fd = -1  # the socket for os.sendfile; -1: every response goes through the transport
         self._release_held: Callable[[], None] | None = None  # see RequestContext.release_on_next_request
         self.on_close: list[Callable[[], None]] = []  # told once when the connection is gone (share sessions)
+        self.share_watched = False  # its share sessions end with it (on_close)
 
     # asyncio.BufferedProtocol --------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -338,6 +340,9 @@ class Connection(asyncio.BufferedProtocol):
             if outcome.action is not Action.PASS:
                 await self._sasl_turn(outcome)
                 return
+        api_key: int
+        api_version: int
+        correlation_id: int
         try:
             api_key, api_version, correlation_id = _HEADER_FIXED.unpack_from(frame)
         except struct.error:
@@ -613,7 +618,7 @@ class Connection(asyncio.BufferedProtocol):
 class KafkaServer:
     """Listening sockets plus the set of live connections."""
 
-    def __init__(self, broker: Any, max_request_size: int, idle_ms: int) -> None:
+    def __init__(self, broker: BrokerServices, max_request_size: int, idle_ms: int) -> None:
         self.broker = broker
         self.max_request_size = max_request_size
         self.idle_s = idle_ms / 1000.0
@@ -625,8 +630,8 @@ class KafkaServer:
         self.sendfile_on_loopback = False  # to a loopback peer too (tests of the sendfile path)
         self.debug = _debug_enabled()  # read once: the logging configuration is set before the server starts
         # API key -> what runs instead of its handler (broker.testing's fault injection); empty normally
-        self.intercepts: dict[int, Callable[[Any, Any, Any], Awaitable[Any]]] = {}
-        self.quotas: Any = None  # broker.security.quotas.ClientQuotas, set once the metadata is loaded
+        self.intercepts: dict[int, Intercept] = {}
+        self.quotas: ClientQuotas | None = None  # set once the metadata is loaded
         self.routes: dict[tuple[int, int], _Route] = {}  # (API key, version) -> its route, as requests come
         self._reaper: asyncio.Task[None] | None = None
         # Connections and log files share the process's descriptors: past the limit a new

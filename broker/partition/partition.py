@@ -22,12 +22,20 @@ from __future__ import annotations
 import asyncio
 import uuid
 from dataclasses import dataclass
-from typing import Any
 
 import structlog
 
-from broker.log import AppendOrigin, AppendResult, FetchDataInfo, Log, LogConfig, LogManager
+from broker.log import (
+    AppendOrigin,
+    AppendResult,
+    FetchDataInfo,
+    Log,
+    LogConfig,
+    LogManager,
+    TimestampAndOffset,
+)
 from broker.log.group_commit import GroupCommit
+from broker.log.log import Buffer
 from broker.log.txn_index import AbortedTxn
 from broker.partition.producer_snapshot import (
     CorruptSnapshotError,
@@ -126,7 +134,7 @@ class Partition:
         return self.log.log_start_offset
 
     # writes ------------------------------------------------------------------------------------
-    def append_records(self, records: Any, verification: object | None = None) -> ProduceResult:
+    def append_records(self, records: Buffer, verification: VerificationState | None = None) -> ProduceResult:
         """Validate producer state, append, update state and wake fetchers (synchronous).
         `verification`: the guard of the verification of a transactional batch that opens a
         transaction here (start_verification)."""
@@ -164,7 +172,7 @@ class Partition:
         self.notify()
         return ProduceResult(result.first_offset, result.log_append_time, result.log_start_offset)
 
-    async def append(self, records: Any, verification: object | None = None) -> ProduceResult:
+    async def append(self, records: Buffer, verification: VerificationState | None = None) -> ProduceResult:
         """Append and return once the write is durable under the flush policy."""
         result = self.append_records(records, verification)
         if self.log.needs_flush():
@@ -240,6 +248,10 @@ class Partition:
 
     def read(self, offset: int, max_bytes: int, isolation_level: int, min_one_message: bool = True) -> FetchDataInfo:
         return self.log.read(offset, max_bytes, self.fetch_bound(isolation_level), min_one_message)
+
+    def offset_for_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
+        """The first record at or after `timestamp` (ListOffsets, a share group's by_duration reset)."""
+        return self.log.offset_for_timestamp(timestamp)
 
     def add_waiter(self, waiter: asyncio.Future[None]) -> None:
         self._waiters.add(waiter)

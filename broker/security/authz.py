@@ -21,69 +21,66 @@ authorizeClusterOperation: the response's top-level error code says it).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 from broker.security.acl import AUTHORIZATION_ERRORS, CLUSTER_NAME, SUPPORTED_OPERATIONS, all_operations
 from broker.security.acl import AclOperation as Op
 from broker.security.acl import ResourceType as Res
-from broker.security.principal import ANONYMOUS
+from broker.security.request import SecuredRequest
 from protocol.errors import ErrorCode, KafkaError
 
 __all__ = ["Op", "Res", "authorize", "authorize_cluster", "authorize_by_resource_type", "filter_authorized",
            "authorized_operations", "error_for", "listener_of", "principal_of", "require_cluster", "CLUSTER_NAME"]
 
 
-def principal_of(ctx: Any) -> str:
+def principal_of(ctx: SecuredRequest) -> str:
     """The principal of the request's connection ("User:ANONYMOUS" without authentication)."""
-    return getattr(getattr(ctx, "connection", None), "principal", ANONYMOUS)
+    return ctx.connection.principal
 
 
-def listener_of(ctx: Any) -> str | None:
-    """The listener the request came in on, None when the context has no connection (unit tests)."""
-    connection = getattr(ctx, "connection", None)
-    listener = getattr(connection, "listener", None)
+def listener_of(ctx: SecuredRequest) -> str | None:
+    """The listener the request came in on (None: a bare test server's connection has none)."""
+    listener = ctx.connection.listener
     return listener.name if listener is not None else None
 
 
-def authorize(ctx: Any, operation: Op, resource_type: Res, name: str, log_if_denied: bool = True) -> bool:
-    authorizer = getattr(ctx.broker, "authorizer", None)
+def authorize(ctx: SecuredRequest, operation: Op, resource_type: Res, name: str, log_if_denied: bool = True) -> bool:
+    authorizer = ctx.broker.authorizer
     if authorizer is None:
         return True
-    return bool(authorizer.authorize(principal_of(ctx), ctx.client_host, operation, resource_type, name,
-                                     log_if_denied))
+    return authorizer.authorize(principal_of(ctx), ctx.client_host, operation, resource_type, name, log_if_denied)
 
 
-def authorize_cluster(ctx: Any, operation: Op, log_if_denied: bool = True) -> bool:
+def authorize_cluster(ctx: SecuredRequest, operation: Op, log_if_denied: bool = True) -> bool:
     return authorize(ctx, operation, Res.CLUSTER, CLUSTER_NAME, log_if_denied)
 
 
-def require_cluster(ctx: Any, operation: Op) -> None:
+def require_cluster(ctx: SecuredRequest, operation: Op) -> None:
     """Kafka's authorizeClusterOperation: the whole request fails with CLUSTER_AUTHORIZATION_FAILED
     (the server answers it in the response's top-level error code)."""
     if not authorize(ctx, operation, Res.CLUSTER, CLUSTER_NAME):
         raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
 
 
-def filter_authorized(ctx: Any, operation: Op, resource_type: Res, names: Iterable[str],
+def filter_authorized(ctx: SecuredRequest, operation: Op, resource_type: Res, names: Iterable[str],
                       log_if_denied: bool = True) -> set[str]:
     """The names (distinct) the principal may do `operation` on."""
-    authorizer = getattr(ctx.broker, "authorizer", None)
+    authorizer = ctx.broker.authorizer
     if authorizer is None:
         return set(names)
     principal, host = principal_of(ctx), ctx.client_host
     return {n for n in set(names) if authorizer.authorize(principal, host, operation, resource_type, n, log_if_denied)}
 
 
-def authorize_by_resource_type(ctx: Any, operation: Op, resource_type: Res) -> bool:
-    authorizer = getattr(ctx.broker, "authorizer", None)
+def authorize_by_resource_type(ctx: SecuredRequest, operation: Op, resource_type: Res) -> bool:
+    authorizer = ctx.broker.authorizer
     if authorizer is None:
         return True
-    return bool(authorizer.authorize_by_resource_type(principal_of(ctx), ctx.client_host, operation, resource_type))
+    return authorizer.authorize_by_resource_type(principal_of(ctx), ctx.client_host, operation, resource_type)
 
 
-def authorized_operations(ctx: Any, resource_type: Res, name: str) -> int:
+def authorized_operations(ctx: SecuredRequest, resource_type: Res, name: str) -> int:
     """The authorized-operations field of a resource: a bit per allowed supported operation."""
-    authorizer = getattr(ctx.broker, "authorizer", None)
+    authorizer = ctx.broker.authorizer
     if authorizer is None:
         return all_operations(resource_type)
     principal, host = principal_of(ctx), ctx.client_host

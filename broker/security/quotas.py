@@ -25,8 +25,15 @@ attribute read.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Generator
-from typing import Any
+from collections.abc import Callable, Coroutine, Generator
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from broker.security.request import SecuredRequest
+from protocol.messages import MessageBase
+
+if TYPE_CHECKING:
+    from broker.config import BrokerConfig
+    from broker.metadata.image import MetadataImage
 
 PRODUCER_BYTE_RATE = "producer_byte_rate"
 CONSUMER_BYTE_RATE = "consumer_byte_rate"
@@ -37,6 +44,10 @@ USER, CLIENT_ID, IP = "user", "client-id", "ip"
 NANOS_TO_PERCENTAGE = 100.0 / 1e9
 
 Entity = tuple[tuple[str, str | None], ...]
+T = TypeVar("T")
+Ctx = TypeVar("Ctx", bound=SecuredRequest)
+Request = TypeVar("Request")
+Response = TypeVar("Response", bound=MessageBase | None)
 
 
 class Rate:
@@ -155,16 +166,16 @@ class QuotaManager:
         return quota[1] * (self.samples - 1) * (self.window_ms / 1000.0)
 
 
-class _Metered:
+class _Metered(Generic[T]):
     """Awaits a coroutine, adding up the CPU time of its steps (not of what runs while it waits)."""
 
     __slots__ = ("coro", "cpu")
 
-    def __init__(self, coro: Any) -> None:
+    def __init__(self, coro: Coroutine[Any, Any, T]) -> None:
         self.coro = coro
         self.cpu = 0.0
 
-    def __await__(self) -> Generator[Any, Any, Any]:
+    def __await__(self) -> Generator[Any, Any, T]:
         coro, clock = self.coro, time.thread_time
         value: Any = None
         error: BaseException | None = None
@@ -185,15 +196,16 @@ class _Metered:
                 value, error = None, exc
 
 
-def throttle(ctx: Any, response: Any, throttle_ms: int) -> None:
-    """Answer with throttle_time_ms (the larger of the quotas') and mute the connection after it."""
+def throttle(ctx: SecuredRequest, response: MessageBase | None, throttle_ms: int) -> None:
+    """Answer with throttle_time_ms (the larger of the quotas') and mute the connection after it.
+    (Any response: those whose schema has a throttle_time_ms carry it.)"""
     if throttle_ms <= 0:
         return
-    if response is not None and getattr(response, "throttle_time_ms", None) is not None:
-        response.throttle_time_ms = max(response.throttle_time_ms, throttle_ms)
-    connection = getattr(ctx, "connection", None)
-    if connection is not None:
-        connection.throttled_until = max(connection.throttled_until, time.monotonic() + throttle_ms / 1000.0)
+    current = getattr(response, "throttle_time_ms", None)  # a field of most responses, not all
+    if current is not None:
+        response.throttle_time_ms = max(current, throttle_ms)  # type: ignore[union-attr, attr-defined]
+    connection = ctx.connection
+    connection.throttled_until = max(connection.throttled_until, time.monotonic() + throttle_ms / 1000.0)
 
 
 def user_of(principal: str) -> str:
@@ -204,7 +216,7 @@ def user_of(principal: str) -> str:
 class ClientQuotas:
     """The broker's client quotas, following the metadata image's ClientQuotaRecords."""
 
-    def __init__(self, image: Any, samples: int = 11, window_s: int = 1,
+    def __init__(self, image: MetadataImage, samples: int = 11, window_s: int = 1,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.image = image
         self._version = -1
@@ -216,7 +228,7 @@ class ClientQuotas:
         self.refresh()
 
     @classmethod
-    def from_config(cls, config: Any, image: Any) -> ClientQuotas:
+    def from_config(cls, config: BrokerConfig, image: MetadataImage) -> ClientQuotas:
         return cls(image, int(config["quota.window.num"]), int(config["quota.window.size.seconds"]))
 
     def refresh(self) -> None:
@@ -229,23 +241,23 @@ class ClientQuotas:
         keys = {k for values in self.image.client_quotas.values() for k in values}
         self.active = bool(keys & {PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, REQUEST_PERCENTAGE})
 
-    def _quota(self, manager: QuotaManager, ctx: Any) -> tuple[Entity, float] | None:
+    def _quota(self, manager: QuotaManager, ctx: SecuredRequest) -> tuple[Entity, float] | None:
         if self._version != self.image.quota_version:
             self.refresh()
-        principal = getattr(getattr(ctx, "connection", None), "principal", "User:ANONYMOUS")
-        return manager.quota_of(self.image.client_quotas, user_of(principal), ctx.client_id or "")
+        return manager.quota_of(self.image.client_quotas, user_of(ctx.connection.principal), ctx.client_id or "")
 
-    def record_produce(self, ctx: Any, size: int) -> int:
+    def record_produce(self, ctx: SecuredRequest, size: int) -> int:
         quota = self._quota(self.produce, ctx)
         return self.produce.record(quota, size) if quota is not None else 0
 
-    def fetch_quota(self, ctx: Any) -> tuple[Entity, float] | None:
+    def fetch_quota(self, ctx: SecuredRequest) -> tuple[Entity, float] | None:
         return self._quota(self.fetch, ctx)
 
-    def metered(self, handler: Callable[[Any, Any], Awaitable[Any]]) -> Callable[[Any, Any], Awaitable[Any]]:
+    def metered(self, handler: Callable[[Ctx, Request], Coroutine[Any, Any, Response]]
+                ) -> Callable[[Ctx, Request], Coroutine[Any, Any, Response]]:
         """The handler, its CPU time recorded against the request_percentage quota."""
 
-        async def run(ctx: Any, request: Any) -> Any:
+        async def run(ctx: Ctx, request: Request) -> Response:
             metered = _Metered(handler(ctx, request))
             response = await metered
             throttle(ctx, response, self.record_request_time(ctx, metered.cpu))
@@ -253,7 +265,7 @@ class ClientQuotas:
 
         return run
 
-    def record_request_time(self, ctx: Any, cpu_seconds: float) -> int:
+    def record_request_time(self, ctx: SecuredRequest, cpu_seconds: float) -> int:
         quota = self._quota(self.request, ctx)
         if quota is None:
             return 0

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -28,7 +28,9 @@ from broker.coordinator.share.records import ShareKey
 from broker.coordinator.share.shard import WriteState
 from broker.coordinator.share.state import ShareGroupOffset
 from broker.coordinator.timer import Cancellable, Clock
+from broker.log import TimestampAndOffset
 from broker.log.segment import FileSlice
+from broker.log.txn_index import AbortedTxn
 from broker.share.dlq import DeadLetter, DeadLetterWriter
 from broker.share.engine import (
     AckBatch,
@@ -41,7 +43,7 @@ from broker.share.engine import (
 )
 from broker.share.session import ShareSession, ShareSessionCache, TopicIdPartition
 from protocol.errors import ErrorCode, KafkaError
-from protocol.records import iter_batches
+from protocol.records import BatchHeader, iter_batches
 
 log = structlog.get_logger("broker.share")
 
@@ -56,11 +58,20 @@ class Persister(Protocol):
     async def write_state(self, write: WriteState) -> None: ...
 
 
-class PartitionLike(Protocol):
-    """What the manager needs of a broker Partition."""
+class LogRead(Protocol):
+    """What a partition's read gives (broker.log.FetchDataInfo): whole log batches."""
 
-    leader_epoch: int
+    @property
+    def records(self) -> FileSlice | bytes: ...
+
+
+class PartitionLike(Protocol):
+    """What the manager needs of a broker Partition (broker.partition.Partition)."""
+
     deleted: bool
+
+    @property
+    def leader_epoch(self) -> int: ...
 
     @property
     def high_watermark(self) -> int: ...
@@ -70,9 +81,11 @@ class PartitionLike(Protocol):
 
     def fetch_bound(self, isolation_level: int) -> int: ...
 
-    def aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[Any]: ...
+    def aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]: ...
 
-    def read(self, offset: int, max_bytes: int, isolation_level: int, min_one_message: bool = True) -> Any: ...
+    def read(self, offset: int, max_bytes: int, isolation_level: int, min_one_message: bool = True) -> LogRead: ...
+
+    def offset_for_timestamp(self, timestamp: int) -> TimestampAndOffset | None: ...
 
     def add_waiter(self, waiter: asyncio.Future[None]) -> None: ...
 
@@ -208,11 +221,9 @@ class SharePartitionManager:
         if reset == "earliest":
             return partition.log_start_offset
         if duration is not None:
-            log_ = getattr(partition, "log", None)
-            if log_ is not None:
-                found = log_.offset_for_timestamp(self.wall_clock_ms() - duration)
-                if found is not None:
-                    return max(int(found.offset), partition.log_start_offset)
+            found = partition.offset_for_timestamp(self.wall_clock_ms() - duration)
+            if found is not None:
+                return max(found.offset, partition.log_start_offset)
         return partition.fetch_bound(settings.isolation_level)
 
     def drop(self, keys: Iterable[ShareKey]) -> None:
@@ -357,7 +368,7 @@ class SharePartitionManager:
             return got, records.sub(positions[first], end)
         return got, bytes(records[positions[first]:end])
 
-    def _drop_aborted(self, member_id: str, entry: _Entry, got: list[AcquiredRecords], headers: list[Any]
+    def _drop_aborted(self, member_id: str, entry: _Entry, got: list[AcquiredRecords], headers: list[BatchHeader]
                       ) -> list[AcquiredRecords]:
         """read_committed: the acquired records of aborted transactions are archived at once (in
         the background, persisted like any change) and not handed out."""
@@ -590,7 +601,7 @@ class SharePartitionManager:
         except KafkaError:
             self._arm(entry, not_before=self.clock.now_ms() + EXPIRY_RETRY_MS)
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

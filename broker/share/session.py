@@ -10,6 +10,7 @@ INVALID_SHARE_SESSION_EPOCH, SHARE_SESSION_LIMIT_REACHED, INVALID_REQUEST.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -19,7 +20,7 @@ INITIAL_EPOCH = 0
 FINAL_EPOCH = -1
 INT32_MAX = 2**31 - 1
 
-TopicIdPartition = tuple[object, int]  # (topic id, partition index)
+TopicIdPartition = tuple[uuid.UUID, int]  # (topic id, partition index)
 SessionKey = tuple[str, str]  # (group id, member id)
 
 

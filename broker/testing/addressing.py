@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from broker.apis import error_response
+from broker.apis import Handler, RequestContext, error_response
 from protocol.errors import ErrorCode
 from protocol.messages import RESPONSES
 from protocol.schema import StructSpec
@@ -138,7 +138,6 @@ def roles(api_key: int) -> set[Role]:
 
 
 ErrorFor = Callable[[Key], ErrorCode | None]
-Handler = Callable[[Any, Any], Awaitable[Any]]
 Resolve = Callable[[Any], str | None]  # a topic id -> its name
 
 
@@ -291,7 +290,7 @@ def _fail_everything(api_key: int, version: int, request: Any, code: ErrorCode) 
     return response
 
 
-async def answer_in_part(ctx: Any, request: Any, handler: Handler, error_for: ErrorFor, resolve: Resolve) -> Any:
+async def answer_in_part(ctx: RequestContext, request: Any, handler: Handler, error_for: ErrorFor, resolve: Resolve) -> Any:
     """Answer the entries `error_for` fails with their error and let `handler` serve the rest.
     Returns the response (None: none is sent, as for Produce with acks=0, or the connection was
     closed because the failure cannot be expressed in this version's response)."""
@@ -326,7 +325,7 @@ async def answer_in_part(ctx: Any, request: Any, handler: Handler, error_for: Er
     return response
 
 
-def fail_whole(ctx: Any, request: Any, code: ErrorCode) -> Any | None:
+def fail_whole(ctx: RequestContext, request: Any, code: ErrorCode) -> Any | None:
     """The whole request answered with `code` (None: the connection was closed, as the version
     cannot express it)."""
     response = _fail_everything(ctx.api_key, ctx.api_version, request, code)

@@ -26,14 +26,16 @@ import errno
 import json
 import threading
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
 from prometheus_client.core import CounterMetricFamily, Metric
 
+from broker.apis import Handler, Intercept, RequestContext
 from broker.testing.addressing import Key, Role, answer_in_part, fail_entries_after, keys, roles
+from protocol import messages as M
 from protocol.errors import ErrorCode
 from protocol.messages import REQUESTS
 
@@ -51,9 +53,6 @@ API_KEYS = {codec.spec.name.removesuffix("Request").lower(): key for key, codec 
 API_NAMES = {key: codec.spec.name.removesuffix("Request") for key, codec in REQUESTS.items()}
 
 _ERRORS_BY_CODE = {int(code): code for code in ErrorCode}
-
-Handler = Callable[[Any, Any], Awaitable[Any]]
-Intercept = Callable[[Any, Any, Handler], Awaitable[Any]]
 
 
 def api_key_of(api: str | int) -> int:
@@ -321,7 +320,7 @@ class Faults:
         log.info("fault armed", **fault.describe())
         return fault
 
-    def _take(self, ctx: Any, request: Any) -> Fault | None:
+    def _take(self, ctx: RequestContext, request: Any) -> Fault | None:
         """The first armed fault of the request's API that matches it, one of its times used up."""
         api_key = ctx.api_key
         with self._lock:
@@ -366,13 +365,13 @@ class Faults:
         if router is None or api_key not in self._routed:
             return handler
 
-        async def routed(ctx: Any, request: Any) -> Any:
+        async def routed(ctx: RequestContext, request: Any) -> Any:
             return await router(ctx, request, handler)
 
         return routed
 
     @staticmethod
-    def _resolver(ctx: Any) -> Callable[[Any], str | None]:
+    def _resolver(ctx: RequestContext) -> Callable[[Any], str | None]:
         def resolve(topic_id: Any) -> str | None:
             info = ctx.broker.metadata.topic_by_id(topic_id)
             return info.name if info is not None else None
@@ -380,7 +379,7 @@ class Faults:
         return resolve
 
     # the interception point ----------------------------------------------------------------------
-    async def intercept(self, ctx: Any, request: Any, handler: Callable[[Any, Any], Awaitable[Any]]) -> Any:
+    async def intercept(self, ctx: RequestContext, request: Any, handler: Handler) -> Any:
         """Run by the server instead of `handler` while a fault is armed for the request's API."""
         handler = self._inner(ctx.api_key, handler)
         if ctx.api_key == METADATA:
@@ -390,7 +389,7 @@ class Faults:
             return await handler(ctx, request)
         return await self._act(ctx, request, handler, fault)
 
-    async def _metadata(self, ctx: Any, request: Any, handler: Callable[[Any, Any], Awaitable[Any]]) -> Any:
+    async def _metadata(self, ctx: RequestContext, request: Any, handler: Handler) -> Any:
         """Metadata may name no topic (all of them): a fault about a topic looks at the answer."""
         with self._lock:
             fault = next((f for f in self._armed if f.api_key == METADATA), None)
@@ -399,6 +398,7 @@ class Faults:
         response = None
         if fault.filtered:
             response = await handler(ctx, request)
+            assert isinstance(response, M.MetadataResponse)
             if not any(fault.matches(Key(topic=t.name, partition=fault.partition)) for t in response.topics or ()):
                 return response
         with self._lock:
@@ -410,7 +410,7 @@ class Faults:
             return response if response is not None else await handler(ctx, request)
         return await self._act(ctx, request, handler, fault, response)
 
-    async def _act(self, ctx: Any, request: Any, handler: Callable[[Any, Any], Awaitable[Any]], fault: Fault,
+    async def _act(self, ctx: RequestContext, request: Any, handler: Handler, fault: Fault,
                    response: Any = None) -> Any:
         """Apply `fault` to the request (`response`: a Metadata answer already built)."""
         self._log(ctx, fault)
@@ -436,7 +436,7 @@ class Faults:
         return None
 
     @staticmethod
-    def _log(ctx: Any, fault: Fault) -> None:
+    def _log(ctx: RequestContext, fault: Fault) -> None:
         log.warning("fault injected", client_id=ctx.client_id, correlation_id=ctx.correlation_id, **fault.describe())
 
     async def _sleep(self, seconds: float) -> None:
@@ -451,7 +451,7 @@ class Faults:
             self._sleepers.discard(waiter)
 
     @staticmethod
-    async def _never(ctx: Any) -> None:
+    async def _never(ctx: RequestContext) -> None:
         """Until the connection has another request, closes, or the broker stops: the dropped
         request stays unanswered, and nothing behind it waits."""
         waiter = asyncio.get_running_loop().create_future()

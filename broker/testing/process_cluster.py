@@ -24,6 +24,7 @@ from typing import Any
 
 import structlog
 
+from broker.apis import RequestContext
 from broker.log.checkpoint import write_atomic
 from broker.metadata import PRODUCER_ID_BLOCK, MetadataStore, TopicInfo, decode_record
 from protocol.errors import ErrorCode, KafkaError
@@ -151,7 +152,7 @@ def own_log_dir(config: Any) -> Path:
     return Path(config.log_dirs[0])
 
 
-async def forward_to_controller(broker: Any, ctx: Any, request: Any) -> Any:
+async def forward_to_controller(broker: Any, ctx: RequestContext, request: Any) -> Any:
     """A metadata change sent to a follower: the controller serves it (Kafka's forwarding, without
     the Envelope: the controller sees this broker, not the client's principal), and the follower
     has replayed its records before it answers, so the client's next request here sees them."""

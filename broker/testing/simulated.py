@@ -25,14 +25,15 @@ rejoins the ISRs; leadership stays where it went, as without a preferred-leader 
 from __future__ import annotations
 
 import zlib
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
 
+from broker.apis import Handler, RequestContext
 from broker.coordinator.runtime import partition_for
 from broker.testing.addressing import Key, answer_in_part, fail_whole
 from broker.testing.process_cluster import forward_to_controller
+from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
 
 log = structlog.get_logger("broker.simulated")
@@ -65,7 +66,6 @@ ROUTED = LEADER_APIS | GROUP_APIS | set(TRANSACTION_FIELDS) | {ADD_PARTITIONS_TO
 # UpdateFeatures
 FORWARDED = frozenset({19, 20, 30, 31, 33, 37, 43, 44, 45, 49, 51, 57})
 
-Handler = Callable[[Any, Any], Awaitable[Any]]
 
 
 class SimulatedCluster:
@@ -166,13 +166,14 @@ class SimulatedCluster:
             self.ports.setdefault(node, {})[listener.name] = bound
 
     # routing: what a real cluster answers a node that is the wrong one ---------------------------
-    async def route(self, ctx: Any, request: Any, handler: Handler) -> Any:
+    async def route(self, ctx: RequestContext, request: Any, handler: Handler) -> Any:
         node = ctx.connection.node if ctx.connection.node is not None else self.first
         api_key = ctx.api_key
         if api_key in FORWARDED:
             return await forward_to_controller(self.broker, ctx, request)
         if api_key == LIST_GROUPS:
             response = await handler(ctx, request)
+            assert isinstance(response, M.ListGroupsResponse)
             response.groups = [g for g in response.groups or () if self.coordinator(KEY_TYPE_GROUP, g.group_id) == node]
             return response
         transactional_id = self._transactional_id(api_key, ctx.api_version, request)
@@ -204,7 +205,7 @@ class SimulatedCluster:
             self._add_leader_hints(ctx, response, hints[1])
         return response
 
-    def _add_leader_hints(self, ctx: Any, response: Any, codes: frozenset[ErrorCode]) -> None:
+    def _add_leader_hints(self, ctx: RequestContext, response: Any, codes: frozenset[ErrorCode]) -> None:
         """Fill current_leader in the refused partitions and the leaders' endpoints (KIP-951)."""
         listener = ctx.connection.listener.name if ctx.connection.listener is not None else None
         leaders: set[int] = set()

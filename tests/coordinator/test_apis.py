@@ -72,6 +72,7 @@ async def call(broker: Any, handler: Any, request: Any, version: int) -> Any:
     assert key is not None
     wire = M.decode_request(key, version, M.encode(request, version))
     ctx = SimpleNamespace(broker=broker, api_version=version, client_id="cli", client_host="127.0.0.1",
+                          connection=SimpleNamespace(principal="User:ANONYMOUS", listener=None),
                           release_on_next_request=lambda release: None)
     response = await asyncio.wait_for(handler(ctx, wire), 5)
     return M.decode_response(key, version, M.encode(response, version))

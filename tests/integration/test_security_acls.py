@@ -189,3 +189,26 @@ def test_share_group_apis_check_group_and_topic(tmp_path: Path) -> None:
         c.close()
     finally:
         bt.close()
+
+
+def test_share_fetch_and_acknowledge_without_a_group_id_are_invalid_under_acls(tmp_path: Path) -> None:
+    """A null GroupId is INVALID_REQUEST with an authorizer too (as without one): it is not looked up
+    in the ACLs, where a missing name failed the request as an UNKNOWN_SERVER_ERROR."""
+    bt = SecureBrokerThread(tmp_path, AUTHZ).start()
+    try:
+        c = bt.client()
+        assert c.call(CREATE_ACLS, 3, M.CreateAclsRequest(creations=[
+            creation(GROUP, "sg", principal="User:ANONYMOUS")])).results[0].error_code == 0
+        c.close()
+        del bt.properties["super.users"]  # User:ANONYMOUS is judged by the ACLs from now on
+        bt.restart()
+        c = bt.client()
+        F, A = M.ShareFetchRequest, M.ShareAcknowledgeRequest
+        fetch = c.call(78, 1, F(group_id=None, member_id="m", share_session_epoch=0, max_wait_ms=0, min_bytes=1,
+                                max_bytes=1024, max_records=10, batch_size=10, topics=[], forgotten_topics_data=[]))
+        assert fetch.error_code == E.INVALID_REQUEST
+        ack = c.call(79, 1, A(group_id=None, member_id="m", share_session_epoch=1, topics=[]))
+        assert ack.error_code == E.INVALID_REQUEST
+        c.close()
+    finally:
+        bt.close()

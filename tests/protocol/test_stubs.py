@@ -40,3 +40,5 @@ def test_field_types() -> None:
     produce = CODECS["ProduceRequest"].spec
     records = next(f for s in produce.structs.values() for f in s.fields if f.attr == "records")
     assert stubs.field_type(produce.root, records) == "Any"
+    # a request's records are the bytes decoded (a view into the frame), or null
+    assert stubs.field_type(produce.root, records, request=True) == "bytes | bytearray | memoryview | None"

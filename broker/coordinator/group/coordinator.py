@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
@@ -30,6 +30,9 @@ log = structlog.get_logger("broker.coordinator.group")
 
 E = ErrorCode
 GROUP_METADATA_TOPIC = "__consumer_offsets"
+# a described group of ConsumerGroupDescribe or ShareGroupDescribe
+Described = TypeVar("Described", M.ConsumerGroupDescribeResponse.DescribedGroup,
+                    M.ShareGroupDescribeResponse.DescribedGroup)
 
 
 def _code(exc: BaseException) -> ErrorCode:
@@ -72,21 +75,21 @@ class GroupCoordinator:
         return counts
 
     # ----- membership ---------------------------------------------------------------------
-    async def join_group(self, request: Any, info: RequestInfo) -> Any:
+    async def join_group(self, request: M.JoinGroupRequest, info: RequestInfo) -> M.JoinGroupResponse:
         try:
             return await self.runtime.write(
                 self.partition_for(request.group_id), lambda s, now: s.join_group(request, info, now), "join-group")
         except Exception as exc:
             return M.JoinGroupResponse(error_code=_code(exc), protocol_type=None, protocol_name=None)
 
-    async def sync_group(self, request: Any, info: RequestInfo) -> Any:
+    async def sync_group(self, request: M.SyncGroupRequest, info: RequestInfo) -> M.SyncGroupResponse:
         try:
             return await self.runtime.write(
                 self.partition_for(request.group_id), lambda s, now: s.sync_group(request, info, now), "sync-group")
         except Exception as exc:
             return M.SyncGroupResponse(error_code=_code(exc))
 
-    async def heartbeat(self, request: Any) -> Any:
+    async def heartbeat(self, request: M.HeartbeatRequest) -> M.HeartbeatResponse:
         try:
             return await self.runtime.write(
                 self.partition_for(request.group_id), lambda s, now: s.heartbeat(request, now), "heartbeat")
@@ -109,8 +112,8 @@ class GroupCoordinator:
         self._releases.add(task)
         task.add_done_callback(self._releases.discard)
 
-    async def leave_group(self, group_id: str, identities: list[Any]) -> Any:
-        """identities: LeaveGroupRequest.MemberIdentity objects."""
+    async def leave_group(self, group_id: str, identities: list[M.LeaveGroupRequest.MemberIdentity]
+                          ) -> M.LeaveGroupResponse:
         try:
             return await self.runtime.write(
                 self.partition_for(group_id), lambda s, now: s.leave_group(group_id, identities, now), "leave-group")
@@ -118,7 +121,8 @@ class GroupCoordinator:
             return M.LeaveGroupResponse(error_code=_code(exc))
 
     # ----- KIP-848 consumer groups --------------------------------------------------------
-    async def consumer_group_heartbeat(self, request: Any, info: RequestInfo) -> Any:
+    async def consumer_group_heartbeat(self, request: M.ConsumerGroupHeartbeatRequest, info: RequestInfo
+                                       ) -> M.ConsumerGroupHeartbeatResponse:
         try:
             validate_heartbeat_request(request, info.api_version, self.config.consumer_assignors)
             return await self.runtime.write(
@@ -128,17 +132,18 @@ class GroupCoordinator:
             return M.ConsumerGroupHeartbeatResponse(
                 error_code=_code(exc), error_message=exc.message if isinstance(exc, KafkaError) else None)
 
-    async def consumer_group_describe(self, group_ids: list[str]) -> list[Any]:
+    async def consumer_group_describe(self, group_ids: list[str]) -> list[M.ConsumerGroupDescribeResponse.DescribedGroup]:
         return await self._describe(group_ids, M.ConsumerGroupDescribeResponse.DescribedGroup,
                                     lambda s, ids: s.consumer_group_describe(ids), "consumer-group-describe")
 
-    async def _describe(self, group_ids: list[str], described: Any,
-                        read: Callable[[GroupCoordinatorShard, list[str]], list[Any]], name: str) -> list[Any]:
+    async def _describe(self, group_ids: list[str], described: type[Described],
+                        read: Callable[[GroupCoordinatorShard, list[str]], list[Described]], name: str
+                        ) -> list[Described]:
         """ConsumerGroupDescribe / ShareGroupDescribe: each shard describes its groups (a failing
         shard's groups get its error), an empty group id is INVALID_GROUP_ID."""
-        async def one(partition: int, ids: list[str]) -> list[Any]:
+        async def one(partition: int, ids: list[str]) -> list[Described]:
             try:
-                result: list[Any] = await self.runtime.read(partition, lambda s: read(s, ids), name)
+                result: list[Described] = await self.runtime.read(partition, lambda s: read(s, ids), name)
                 return result
             except Exception as exc:
                 return [described(group_id=g, error_code=_code(exc)) for g in ids]
@@ -149,7 +154,8 @@ class GroupCoordinator:
         return [by_id[g] if g else described(group_id="", error_code=E.INVALID_GROUP_ID) for g in group_ids]
 
     # ----- share groups -------------------------------------------------------------------
-    async def share_group_heartbeat(self, request: Any, info: RequestInfo) -> Any:
+    async def share_group_heartbeat(self, request: M.ShareGroupHeartbeatRequest, info: RequestInfo
+                                    ) -> M.ShareGroupHeartbeatResponse:
         try:
             validate_share_heartbeat(request)
             return await self.runtime.write(
@@ -159,7 +165,7 @@ class GroupCoordinator:
             return M.ShareGroupHeartbeatResponse(
                 error_code=_code(exc), error_message=exc.message if isinstance(exc, KafkaError) else None)
 
-    async def share_group_describe(self, group_ids: list[str]) -> list[Any]:
+    async def share_group_describe(self, group_ids: list[str]) -> list[M.ShareGroupDescribeResponse.DescribedGroup]:
         return await self._describe(group_ids, M.ShareGroupDescribeResponse.DescribedGroup,
                                     lambda s, ids: s.share_group_describe(ids), "share-group-describe")
 
@@ -169,7 +175,8 @@ class GroupCoordinator:
             self.partition_for(group_id), lambda s: s.share.share_group(group_id), "share-group")
         return group
 
-    async def alter_share_group_offsets(self, group_id: str, request: Any) -> share_admin.AlterResult:
+    async def alter_share_group_offsets(self, group_id: str, request: M.AlterShareGroupOffsetsRequest
+                                        ) -> share_admin.AlterResult:
         """Raises KafkaError (group-level errors)."""
         def op(s: GroupCoordinatorShard, now: int) -> CoordinatorResult[Any]:
             records, result = share_admin.alter_offsets(s.groups, group_id, request, s.consumer.metadata)
@@ -179,7 +186,8 @@ class GroupCoordinator:
             self.partition_for(group_id), op, "share-group-offsets-alter")
         return result
 
-    async def initiate_delete_share_group_offsets(self, group_id: str, request: Any) -> share_admin.DeleteResult:
+    async def initiate_delete_share_group_offsets(self, group_id: str, request: M.DeleteShareGroupOffsetsRequest
+                                                  ) -> share_admin.DeleteResult:
         """Raises KafkaError (group-level errors)."""
         def op(s: GroupCoordinatorShard, now: int) -> CoordinatorResult[Any]:
             records, result = share_admin.initiate_delete(s.groups, group_id, request, s.consumer.metadata)
@@ -228,10 +236,11 @@ class GroupCoordinator:
             out.setdefault(self.partition_for(g), []).append(g)
         return out
 
-    async def describe_groups(self, group_ids: list[str], api_version: int) -> list[Any]:
-        async def one(partition: int, ids: list[str]) -> list[Any]:
+    async def describe_groups(self, group_ids: list[str], api_version: int
+                              ) -> list[M.DescribeGroupsResponse.DescribedGroup]:
+        async def one(partition: int, ids: list[str]) -> list[M.DescribeGroupsResponse.DescribedGroup]:
             try:
-                result: list[Any] = await self.runtime.read(
+                result: list[M.DescribeGroupsResponse.DescribedGroup] = await self.runtime.read(
                     partition, lambda s: s.describe_groups(ids, api_version), "describe-groups")
                 return result
             except Exception as exc:
@@ -242,10 +251,11 @@ class GroupCoordinator:
         by_id = {d.group_id: d for part in parts for d in part}
         return [by_id[g] for g in group_ids]
 
-    async def list_groups(self, states_filter: list[str], types_filter: list[str]) -> tuple[ErrorCode, list[Any]]:
-        async def one(partition: int) -> list[Any]:
+    async def list_groups(self, states_filter: list[str], types_filter: list[str]
+                          ) -> tuple[ErrorCode, list[M.ListGroupsResponse.ListedGroup]]:
+        async def one(partition: int) -> list[M.ListGroupsResponse.ListedGroup]:
             try:
-                result: list[Any] = await self.runtime.read(
+                result: list[M.ListGroupsResponse.ListedGroup] = await self.runtime.read(
                     partition, lambda s: s.list_groups(states_filter, types_filter), "list-groups")
                 return result
             except KafkaError as exc:
@@ -259,8 +269,8 @@ class GroupCoordinator:
             return _code(exc), []
         return E.NONE, [g for part in parts for g in part]
 
-    async def delete_groups(self, group_ids: list[str]) -> list[Any]:
-        async def one(partition: int, ids: list[str]) -> list[Any]:
+    async def delete_groups(self, group_ids: list[str]) -> list[M.DeleteGroupsResponse.DeletableGroupResult]:
+        async def one(partition: int, ids: list[str]) -> list[M.DeleteGroupsResponse.DeletableGroupResult]:
             try:
                 if self.delete_share_state is not None:
                     # As Kafka: the share state of an empty share group goes first, then the group.
@@ -269,7 +279,7 @@ class GroupCoordinator:
                         "share-groups")
                     if empty_share:
                         await self.delete_share_state(empty_share)
-                result: list[Any] = await self.runtime.write(
+                result: list[M.DeleteGroupsResponse.DeletableGroupResult] = await self.runtime.write(
                     partition, lambda s, now: s.delete_groups(ids, now), "delete-groups")
                 return result
             except Exception as exc:
@@ -281,9 +291,9 @@ class GroupCoordinator:
         return [by_id[g] for g in dict.fromkeys(group_ids)]
 
     # ----- offsets ------------------------------------------------------------------------
-    async def commit_offsets(self, request: Any, api_version: int) -> Any:
-        """request: OffsetCommitRequest with topic names resolved. On a group-level error every
-        partition carries the error code."""
+    async def commit_offsets(self, request: M.OffsetCommitRequest, api_version: int) -> M.OffsetCommitResponse:
+        """The request's topic names resolved. On a group-level error every partition carries the
+        error code."""
         try:
             return await self.runtime.write(
                 self.partition_for(request.group_id),
@@ -291,9 +301,9 @@ class GroupCoordinator:
         except Exception as exc:
             return offset_commit_error(request, _code(exc))
 
-    async def fetch_offsets(self, request: Any, require_stable: bool) -> Any:
-        """request: OffsetFetchRequest.OffsetFetchRequestGroup; returns an OffsetFetchResponseGroup
-        (on a coordinator error: the group-level error code and no topics)."""
+    async def fetch_offsets(self, request: M.OffsetFetchRequest.OffsetFetchRequestGroup, require_stable: bool
+                            ) -> M.OffsetFetchResponse.OffsetFetchResponseGroup:
+        """One group's offsets (on a coordinator error: the group-level error code and no topics)."""
         try:
             return await self.runtime.read_now(
                 self.partition_for(request.group_id), lambda s: s.fetch_offsets(request, require_stable),
@@ -309,9 +319,10 @@ class GroupCoordinator:
                                                  lambda s: s.markers_seen(producer_id), "markers-seen")
         return count
 
-    async def commit_transactional_offsets(self, request: Any, markers_seen: int) -> Any:
-        """request: a TxnOffsetCommitRequest whose topics all exist; on a group-level error every
-        partition carries the error code."""
+    async def commit_transactional_offsets(self, request: M.TxnOffsetCommitRequest, markers_seen: int
+                                           ) -> M.TxnOffsetCommitResponse:
+        """The request's topics all exist; on a group-level error every partition carries the error
+        code."""
         try:
             return await self.runtime.write(
                 self.partition_for(request.group_id),
@@ -327,7 +338,7 @@ class GroupCoordinator:
             partition, lambda s, now: s.complete_transaction(producer_id, epoch, committed, coordinator_epoch, now),
             "complete-transaction")
 
-    async def delete_offsets(self, request: Any) -> Any:
+    async def delete_offsets(self, request: M.OffsetDeleteRequest) -> M.OffsetDeleteResponse:
         try:
             return await self.runtime.write(
                 self.partition_for(request.group_id), lambda s, now: s.delete_offsets(request, now), "delete-offsets")
@@ -335,23 +346,20 @@ class GroupCoordinator:
             return M.OffsetDeleteResponse(error_code=_code(exc))
 
 
-def _each_partition(cls: Any, topic: Any, code: ErrorCode) -> list[Any]:
-    return [cls(partition_index=p.partition_index, error_code=code) for p in topic.partitions]
-
-
-def offset_commit_error(request: Any, code: ErrorCode) -> Any:
+def offset_commit_error(request: M.OffsetCommitRequest, code: ErrorCode) -> M.OffsetCommitResponse:
     """An OffsetCommit response with `code` for every partition of the request."""
     R = M.OffsetCommitResponse
-    return R(topics=[R.OffsetCommitResponseTopic(name=t.name, topic_id=t.topic_id,
-                                                 partitions=_each_partition(R.OffsetCommitResponsePartition, t, code))
-                     for t in request.topics])
+    return R(topics=[R.OffsetCommitResponseTopic(name=t.name, topic_id=t.topic_id, partitions=[
+        R.OffsetCommitResponsePartition(partition_index=p.partition_index, error_code=code) for p in t.partitions])
+        for t in request.topics])
 
 
-def txn_offset_commit_error(request: Any, code: ErrorCode) -> Any:
+def txn_offset_commit_error(request: M.TxnOffsetCommitRequest, code: ErrorCode) -> M.TxnOffsetCommitResponse:
     """A TxnOffsetCommit response with `code` for every partition of the request."""
     R = M.TxnOffsetCommitResponse
-    return R(topics=[R.TxnOffsetCommitResponseTopic(
-        name=t.name, partitions=_each_partition(R.TxnOffsetCommitResponsePartition, t, code)) for t in request.topics])
+    return R(topics=[R.TxnOffsetCommitResponseTopic(name=t.name, partitions=[
+        R.TxnOffsetCommitResponsePartition(partition_index=p.partition_index, error_code=code) for p in t.partitions])
+        for t in request.topics])
 
 
 def create_group_coordinator(

@@ -140,7 +140,7 @@ class GroupCoordinatorShard:
         assert self.consumer.classic_members is not None
         return self.consumer.classic_members
 
-    def join_group(self, request: Any, info: RequestInfo, now_ms: int) -> CoordinatorResult[Any]:
+    def join_group(self, request: M.JoinGroupRequest, info: RequestInfo, now_ms: int) -> CoordinatorResult[Any]:
         group = self.groups.get(request.group_id)
         if isinstance(group, ConsumerGroup):
             if group.members:
@@ -154,13 +154,13 @@ class GroupCoordinatorShard:
             return result
         return self.classic.join_group(request, info, now_ms)
 
-    def sync_group(self, request: Any, info: RequestInfo, now_ms: int) -> CoordinatorResult[Any]:
+    def sync_group(self, request: M.SyncGroupRequest, info: RequestInfo, now_ms: int) -> CoordinatorResult[Any]:
         group = self.groups.get(request.group_id)
         if isinstance(group, ConsumerGroup) and group.members:
             return self._classic_members().sync(group, request)
         return self.classic.sync_group(request, info, now_ms)
 
-    def heartbeat(self, request: Any, now_ms: int) -> CoordinatorResult[Any]:
+    def heartbeat(self, request: M.HeartbeatRequest, now_ms: int) -> CoordinatorResult[Any]:
         group = self.groups.get(request.group_id)
         if isinstance(group, ConsumerGroup):
             return self._classic_members().heartbeat(group, request)
@@ -178,14 +178,16 @@ class GroupCoordinatorShard:
             return self.share.waits.wake(group_id, member_id, now_ms, final=True, early=True)
         return self.classic.release_heartbeat(group_id, member_id)
 
-    def leave_group(self, group_id: str, identities: list[Any], now_ms: int) -> CoordinatorResult[Any]:
+    def leave_group(self, group_id: str, identities: list[M.LeaveGroupRequest.MemberIdentity], now_ms: int
+                    ) -> CoordinatorResult[Any]:
         group = self.groups.get(group_id)
         if isinstance(group, ConsumerGroup):
             return self._classic_members().leave(group, identities, now_ms)
         return self.classic.leave_group(group_id, identities, now_ms)
 
     # ----- KIP-848 consumer groups --------------------------------------------------------
-    def consumer_group_heartbeat(self, request: Any, info: RequestInfo, now_ms: int) -> CoordinatorResult[Any]:
+    def consumer_group_heartbeat(self, request: M.ConsumerGroupHeartbeatRequest, info: RequestInfo, now_ms: int
+                                 ) -> CoordinatorResult[Any]:
         return self.consumer.heartbeat(request, info, now_ms)
 
     def consumer_group_describe(self, group_ids: list[str]) -> list[Any]:
@@ -198,7 +200,8 @@ class GroupCoordinatorShard:
         return CoordinatorResult()
 
     # ----- share groups -------------------------------------------------------------------
-    def share_group_heartbeat(self, request: Any, info: RequestInfo, now_ms: int) -> CoordinatorResult[Any]:
+    def share_group_heartbeat(self, request: M.ShareGroupHeartbeatRequest, info: RequestInfo, now_ms: int
+                              ) -> CoordinatorResult[Any]:
         return self.share.heartbeat(request, info, now_ms)
 
     def share_group_describe(self, group_ids: list[str]) -> list[Any]:
@@ -211,18 +214,20 @@ class GroupCoordinatorShard:
     def list_groups(self, states_filter: list[str], types_filter: list[str]) -> list[Any]:
         return self.classic.list_groups(states_filter, types_filter)
 
-    def fetch_offsets(self, request: Any, require_stable: bool) -> Any:
+    def fetch_offsets(self, request: M.OffsetFetchRequest.OffsetFetchRequestGroup, require_stable: bool
+                      ) -> M.OffsetFetchResponse.OffsetFetchResponseGroup:
         return self.offsets.fetch_offsets(request, require_stable)
 
     # ----- offsets ------------------------------------------------------------------------
-    def commit_offsets(self, request: Any, api_version: int, now_ms: int) -> CoordinatorResult[Any]:
+    def commit_offsets(self, request: M.OffsetCommitRequest, api_version: int, now_ms: int) -> CoordinatorResult[Any]:
         return self.offsets.commit_offsets(request, api_version, now_ms)
 
-    def delete_offsets(self, request: Any, now_ms: int) -> CoordinatorResult[Any]:
+    def delete_offsets(self, request: M.OffsetDeleteRequest, now_ms: int) -> CoordinatorResult[Any]:
         return self.offsets.delete_offsets(request)
 
     # ----- transactions -------------------------------------------------------------------
-    def commit_transactional_offsets(self, request: Any, markers_seen: int, now_ms: int) -> CoordinatorResult[Any]:
+    def commit_transactional_offsets(self, request: M.TxnOffsetCommitRequest, markers_seen: int, now_ms: int
+                                     ) -> CoordinatorResult[Any]:
         return self.offsets.commit_transactional_offsets(request, now_ms, markers_seen)
 
     def markers_seen(self, producer_id: int) -> int:

@@ -61,12 +61,12 @@ def _validate_empty(group: ShareGroup) -> None:
 
 @dataclass
 class AlterResult:
-    response: Any  # AlterShareGroupOffsetsResponse (before the share coordinator's answers)
+    response: M.AlterShareGroupOffsetsResponse  # before the share coordinator's answers
     state_epoch: int  # the group epoch: the new state epoch of the altered share-partitions
     offsets: dict[tuple[uuid.UUID, int], int] = field(default_factory=dict)  # share-partition -> start offset
 
 
-def alter_offsets(groups: dict[str, Any], group_id: str, request: Any, metadata: TopicMetadata
+def alter_offsets(groups: dict[str, Any], group_id: str, request: M.AlterShareGroupOffsetsRequest, metadata: TopicMetadata
                   ) -> tuple[list[Record], AlterResult]:
     group = _share_group_or_new(groups, group_id)
     _validate_empty(group)
@@ -111,11 +111,12 @@ def alter_offsets(groups: dict[str, Any], group_id: str, request: Any, metadata:
 
 @dataclass
 class DeleteResult:
-    errors: list[Any]  # DeleteShareGroupOffsetsResponseTopic of the topics that cannot be deleted
+    errors: list[M.DeleteShareGroupOffsetsResponse.DeleteShareGroupOffsetsResponseTopic]  # those that cannot be
     to_delete: dict[uuid.UUID, tuple[str, list[int]]] = field(default_factory=dict)  # topic -> (name, partitions)
 
 
-def initiate_delete(groups: dict[str, Any], group_id: str, request: Any, metadata: TopicMetadata
+def initiate_delete(groups: dict[str, Any], group_id: str, request: M.DeleteShareGroupOffsetsRequest,
+                    metadata: TopicMetadata
                     ) -> tuple[list[Record], DeleteResult]:
     group = share_group_or_raise(groups, group_id)
     _validate_empty(group)
