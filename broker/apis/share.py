@@ -29,7 +29,7 @@ from broker.apis.registry import api
 from broker.metadata import features
 from broker.security.acl import AUTHORIZATION_MESSAGES
 from broker.security.authz import Op, Res, authorize, authorized_operations, filter_authorized
-from broker.security.quotas import throttle
+from broker.security.quotas import Entity, throttle
 from broker.share.engine import AckBatch, AckType
 from broker.share.manager import PartitionResult, SharePartitionManager
 from broker.share.session import FINAL_EPOCH, INITIAL_EPOCH, TopicIdPartition
@@ -312,29 +312,33 @@ async def handle_share_fetch(ctx: RequestContext, request: M.ShareFetchRequest) 
     return response
 
 
-def _fetch_quota(ctx: Any) -> Any:
+def _fetch_quota(ctx: RequestContext) -> tuple[Entity, float] | None:
     """The member's consumer_byte_rate quota, if it has one (ShareFetch is counted as Fetch is)."""
-    quotas = getattr(ctx.broker, "quotas", None)
+    quotas = ctx.broker.quotas
     if quotas is None or not quotas.active:
         return None
     return quotas.fetch_quota(ctx)
 
 
-def _quota_bounded(ctx: Any, quota: Any, max_bytes: int, min_bytes: int) -> tuple[int, int]:
+def _quota_bounded(ctx: RequestContext, quota: tuple[Entity, float] | None, max_bytes: int,
+                   min_bytes: int) -> tuple[int, int]:
     """MaxBytes no larger than the quota allows in a window (more would be throttled for sure:
     KafkaApis bounds it by maxValueInQuotaWindow), MinBytes no larger than MaxBytes."""
-    if quota is None:
+    quotas = ctx.broker.quotas
+    if quota is None or quotas is None:
         return max_bytes, min_bytes
-    max_bytes = min(max_bytes, int(min(ctx.broker.quotas.fetch.max_value_in_window(quota), 2**31 - 1)))
+    max_bytes = min(max_bytes, int(min(quotas.fetch.max_value_in_window(quota), 2**31 - 1)))
     return max_bytes, min(min_bytes, max_bytes)
 
 
-def _record_fetched(ctx: Any, quota: Any, results: dict[TopicIdPartition, PartitionResult]) -> int:
+def _record_fetched(ctx: RequestContext, quota: tuple[Entity, float] | None,
+                    results: dict[TopicIdPartition, PartitionResult]) -> int:
     """Count the fetched bytes against the quota; over it, the throttle time (their count taken
     back, as the response will not carry them)."""
-    if quota is None:
+    quotas = ctx.broker.quotas
+    if quota is None or quotas is None:
         return 0
-    manager = ctx.broker.quotas.fetch
+    manager = quotas.fetch
     size = sum(len(r.records) for r in results.values())
     throttle_ms = int(manager.record(quota, size))
     if throttle_ms > 0:
