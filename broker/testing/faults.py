@@ -34,7 +34,7 @@ import structlog
 from prometheus_client.core import CounterMetricFamily, Metric
 
 from broker.apis import Handler, Intercept, RequestContext
-from broker.testing.addressing import Key, Role, answer_in_part, fail_entries_after, keys, roles
+from broker.apis.addressing import Key, Role, answer_in_part, fail_entries_after, keys, roles
 from protocol import messages as M
 from protocol.errors import ErrorCode
 from protocol.messages import REQUESTS

@@ -156,7 +156,7 @@ async def forward_to_controller(broker: Any, ctx: RequestContext, request: Any) 
     """A metadata change sent to a follower: the controller serves it (Kafka's forwarding, without
     the Envelope: the controller sees this broker, not the client's principal), and the follower
     has replayed its records before it answers, so the client's next request here sees them."""
-    from broker.testing.addressing import fail_whole
+    from broker.apis.addressing import fail_whole
 
     try:
         response = await broker.node_client(broker.node_id).call(ctx.api_key, ctx.api_version, request)

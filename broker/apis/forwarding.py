@@ -1,0 +1,183 @@
+"""Metadata changes in cluster mode go to the active controller, as Kafka's brokers forward them.
+
+A forwardable admin request (CreateTopics, DeleteTopics, the ACL, config, quota and SCRAM
+changes, CreatePartitions, ElectLeaders, reassignments, UpdateFeatures) that reaches a node which
+is not the controller is sent on in an Envelope (API 58): the request's bytes, the client's
+principal (Kafka's DefaultPrincipalData) and address. The controller serves the inner request as
+that principal would be served, answers once its records are durable, and the node returns the
+controller's response to the client; it waits (a little) until its own metadata holds the change,
+so the client's next request there sees it. A node that is the controller serves the request
+itself. Controller unknown or unreachable: NOT_CONTROLLER, which clients retry.
+
+Also here, the controller's own APIs that no client calls and that ApiVersions does not list:
+Envelope, BrokerRegistration, BrokerHeartbeat, AllocateProducerIds (Kafka's controller
+listener APIs), served only in cluster mode and only to principals with CLUSTER_ACTION.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import struct
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from broker.apis.addressing import fail_whole
+from broker.apis.registry import APIS, RequestContext, api
+from broker.cluster.node import ClusterNode
+from broker.security.acl import Operation as Op
+from broker.security.authz import authorize_cluster
+from protocol import frames
+from protocol import messages as M
+from protocol.errors import ErrorCode, KafkaError
+
+E = ErrorCode
+ENVELOPE = 58
+Handler = Callable[[Any, Any], Awaitable[Any]]
+
+
+def encode_principal(principal: str) -> bytes:
+    """A principal as Kafka's KafkaPrincipalSerde writes it into an Envelope: its version (int16),
+    then DefaultPrincipalData."""
+    kind, _, name = principal.partition(":")
+    data = M.DefaultPrincipalData(type=kind, name=name, token_authenticated=False)
+    return struct.pack(">h", 0) + bytes(M.encode(data, 0))
+
+
+def decode_principal(data: bytes) -> str:
+    (version,) = struct.unpack_from(">h", data)
+    value = M.decode(M.DefaultPrincipalData, version, memoryview(data)[2:])
+    return "%s:%s" % (value.type, value.name)
+
+
+def host_bytes(host: str) -> bytes:
+    """A client's address as Envelope carries it: the raw IP address."""
+    try:
+        return ipaddress.ip_address(host).packed
+    except ValueError:
+        return socket.inet_aton("127.0.0.1")
+
+
+def host_text(data: bytes) -> str:
+    try:
+        return str(ipaddress.ip_address(bytes(data)))
+    except ValueError:
+        return "0.0.0.0"
+
+
+async def forward(node: ClusterNode, ctx: Any, request: Any, handler: Handler) -> Any:
+    """Serve a forwardable request here (the controller) or through the controller."""
+    if node.is_controller:
+        response = await handler(ctx, request)
+        try:
+            await node.sync()
+        except KafkaError as exc:
+            return fail_whole(ctx, request, exc.code)
+        return response
+    if node.controller_id < 0:
+        return fail_whole(ctx, request, E.NOT_CONTROLLER)
+    inner = frames.encode_request_header(ctx.api_key, ctx.api_version, ctx.correlation_id, ctx.client_id) + \
+        bytes(M.encode(request, ctx.api_version))
+    principal = getattr(ctx.connection, "principal", "User:ANONYMOUS")
+    envelope = M.EnvelopeRequest(request_data=inner, request_principal=encode_principal(principal),
+                                 client_host_address=host_bytes(ctx.client_host))
+    try:
+        answer = await node.controller_client_call(ENVELOPE, 0, envelope)
+    except KafkaError as exc:
+        return fail_whole(ctx, request, exc.code)
+    if answer.error_code:
+        return fail_whole(ctx, request, ErrorCode(answer.error_code))  # type: ignore[call-arg]
+    data = bytes(answer.response_data)
+    offset = 5 if frames.response_header_version(ctx.api_key, ctx.api_version) == 1 else 4
+    response = M.decode_response(ctx.api_key, ctx.api_version, memoryview(data)[offset:])
+    await node.caught_up_with_controller()
+    return response
+
+
+class _Forwarded:
+    """The connection of a request the controller serves for another node: the client's
+    principal and address, the forwarding broker's listener."""
+
+    def __init__(self, connection: Any, principal: str) -> None:
+        self._connection = connection
+        self.principal = principal
+        self.forwarded = True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._connection, name)
+
+
+def _cluster(ctx: RequestContext) -> ClusterNode:
+    node = getattr(ctx.broker, "cluster", None)
+    if node is None:
+        raise KafkaError(E.UNSUPPORTED_VERSION, "Not a node of a cluster.")
+    if not authorize_cluster(ctx, Op.CLUSTER_ACTION):
+        raise KafkaError(E.CLUSTER_AUTHORIZATION_FAILED, "Request is not authorized.")
+    return node  # type: ignore[no-any-return]
+
+
+@api(58, controller=True)
+async def handle_envelope(ctx: RequestContext, request: M.EnvelopeRequest) -> M.EnvelopeResponse:
+    node = _cluster(ctx)
+    if not node.is_controller:
+        return M.EnvelopeResponse(error_code=E.NOT_CONTROLLER, response_data=None)
+    data = memoryview(bytes(request.request_data))
+    try:
+        api_key, api_version, correlation_id = struct.unpack_from(">hhi", data)
+        inner_api = APIS.get(api_key)
+        if inner_api is None or not inner_api.supports(api_version):
+            return M.EnvelopeResponse(error_code=E.UNSUPPORTED_VERSION, response_data=None)
+        header_version = frames.request_header_version(api_key, api_version)
+        client_id, body = frames.decode_header_rest(data, header_version)
+        inner = M.decode_request(api_key, api_version, data[body:])
+        principal = decode_principal(bytes(request.request_principal))
+    except Exception:
+        return M.EnvelopeResponse(error_code=E.INVALID_REQUEST, response_data=None)
+    inner_ctx = RequestContext(ctx.broker, api_key, api_version, correlation_id, client_id,
+                               host_text(bytes(request.client_host_address)), 0,
+                               _Forwarded(ctx.connection, principal))
+    try:
+        response = await inner_api.handler(inner_ctx, inner)
+        await node.sync()
+    except KafkaError as exc:
+        response = fail_whole(inner_ctx, inner, exc.code)
+    if response is None:
+        return M.EnvelopeResponse(error_code=E.UNKNOWN_SERVER_ERROR, response_data=None)
+    head = frames.encode_response_header(correlation_id, frames.response_header_version(api_key, api_version))
+    return M.EnvelopeResponse(error_code=0, response_data=head + M.encode(response, api_version))
+
+
+@api(62, controller=True)
+async def handle_broker_registration(ctx: RequestContext,
+                                     request: M.BrokerRegistrationRequest) -> M.BrokerRegistrationResponse:
+    node = _cluster(ctx)
+    try:
+        return await _controller(node).register(request)  # type: ignore[no-any-return]
+    except KafkaError as exc:
+        return M.BrokerRegistrationResponse(error_code=exc.code, broker_epoch=-1)
+
+
+@api(63, controller=True)
+async def handle_broker_heartbeat(ctx: RequestContext, request: M.BrokerHeartbeatRequest) -> M.BrokerHeartbeatResponse:
+    node = _cluster(ctx)
+    try:
+        return await _controller(node).heartbeat(request)  # type: ignore[no-any-return]
+    except KafkaError as exc:
+        return M.BrokerHeartbeatResponse(error_code=exc.code, is_caught_up=False, is_fenced=True,
+                                         should_shut_down=False)
+
+
+@api(67, controller=True)
+async def handle_allocate_producer_ids(ctx: RequestContext,
+                                       request: M.AllocateProducerIdsRequest) -> M.AllocateProducerIdsResponse:
+    node = _cluster(ctx)
+    try:
+        return await _controller(node).allocate_producer_ids(request)  # type: ignore[no-any-return]
+    except KafkaError as exc:
+        return M.AllocateProducerIdsResponse(error_code=exc.code, producer_id_start=-1, producer_id_len=0)
+
+
+def _controller(node: ClusterNode) -> Any:
+    if node.controller is None or not node.controller.active:
+        raise KafkaError(E.NOT_CONTROLLER, "This node is not the active controller.")
+    return node.controller

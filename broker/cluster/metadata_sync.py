@@ -1,0 +1,222 @@
+"""A node's metadata in cluster mode: the image follows the metadata log in etcd, and the active
+controller's changes go into it.
+
+Every node replays the log (`MetadataLoader`): the batches from where its image stands, then
+each new one as the controller appends it; listeners hear of every replayed record. A node that
+starts loads its last local snapshot first, and a node that is behind the log's start loads the
+snapshot in etcd (the image is replaced; listeners are told to reconcile everything).
+
+The active controller changes the metadata as a single node does (`MetadataStore`: validate,
+make the records durable, replay them), through `ControllerLog`: a change is replayed into the
+controller's image at once, so that the next one is validated against it, and appended to etcd
+in the order made, each append fenced by the controller's term and by the log's end the records
+were validated at. `sync()` waits until every change made so far is durable: whoever answers a
+client about a change awaits it first (a response is released once its records are committed).
+When an append fails (the term ended, etcd gone with the outcome unknown) the changes not yet
+durable may or may not be in the log: the node stops writing, fails every waiting change, and
+reloads its image from etcd (`reload`), as a restarting node would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from broker.cluster.etcd import EtcdUnavailable
+from broker.cluster.keys import Leadership, NotController
+from broker.cluster.metadata_log import (
+    Batch,
+    LocalSnapshots,
+    MetadataLog,
+    MetadataLogError,
+    Snapshot,
+    StaleEndOffset,
+)
+from broker.cluster.snapshot import image_from_records, image_records
+from broker.metadata import MetadataImage, MetadataStore, decode_record
+from protocol.errors import ErrorCode, KafkaError
+
+log = structlog.get_logger("broker.cluster")
+
+def not_controller(message: str) -> KafkaError:
+    return KafkaError(ErrorCode.NOT_CONTROLLER, message)
+
+
+@dataclass
+class _Append:
+    expected_end: int
+    values: list[bytes]
+    done: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+
+class ControllerLog:
+    """The MetadataLog of a node's MetadataStore in cluster mode: writable only while this node is
+    the active controller and its image is current; appends go to etcd in order."""
+
+    def __init__(self, mlog: MetadataLog, image: Callable[[], MetadataImage], on_failure: Callable[[], None]) -> None:
+        self.mlog = mlog
+        self.image = image
+        self.on_failure = on_failure  # an append failed: the image must be reloaded
+        self.leadership: Leadership | None = None  # set while this node may write
+        self._queue: asyncio.Queue[_Append] = asyncio.Queue()
+        self._last: asyncio.Future[None] | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    # MetadataLog -------------------------------------------------------------------------------
+    def append(self, values: list[bytes]) -> None:
+        if self.leadership is None:
+            raise not_controller("This node is not the active controller.")
+        entry = _Append(self.image().records, list(values))
+        self._last = entry.done
+        self._queue.put_nowait(entry)
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._write(), name="metadata-writer")
+
+    def read_all(self) -> Iterable[bytes]:
+        return ()  # the image comes from the loader
+
+    # durability -------------------------------------------------------------------------------
+    async def sync(self) -> None:
+        """Every change made so far is durable in etcd (KafkaError NOT_CONTROLLER if not)."""
+        last = self._last
+        if last is not None:
+            await asyncio.shield(last)
+
+    async def _write(self) -> None:
+        while not self._queue.empty():
+            entry = self._queue.get_nowait()
+            leadership = self.leadership
+            try:
+                if leadership is None:
+                    raise NotController("no longer the controller")
+                await self.mlog.append(leadership, entry.values, entry.expected_end)
+            except (NotController, StaleEndOffset, EtcdUnavailable, MetadataLogError) as exc:
+                log.warning("metadata change not written", error=repr(exc), offset=entry.expected_end)
+                self._fail(entry, exc)
+                return
+            if not entry.done.done():
+                entry.done.set_result(None)
+
+    def _fail(self, first: _Append, exc: BaseException) -> None:
+        """The append failed with its outcome perhaps unknown: nothing more is written until the
+        image is reloaded from etcd; every waiting change fails (retriable for the client)."""
+        self.leadership = None
+        error = not_controller("The metadata change could not be made durable: %s" % exc)
+        for entry in [first, *self._drain()]:
+            if not entry.done.done():
+                entry.done.set_exception(error)
+                entry.done.exception()  # retrieved: no warning when nobody waits for it
+        self.on_failure()
+
+    def _drain(self) -> list[_Append]:
+        out = []
+        while not self._queue.empty():
+            out.append(self._queue.get_nowait())
+        return out
+
+    def stop(self) -> None:
+        self.leadership = None
+        if self._task is not None:
+            self._task.cancel()
+
+
+class MetadataLoader:
+    """Keeps `store.image` replaying the metadata log in etcd; the store's listeners hear of every
+    change."""
+
+    def __init__(self, store: MetadataStore, mlog: MetadataLog, local: LocalSnapshots,
+                 snapshot_every: int = 10_000) -> None:
+        self.store = store
+        self.mlog = mlog
+        self.local = local
+        self.snapshot_every = snapshot_every  # records replayed between two local snapshots
+        self._since_snapshot = 0
+        self._task: asyncio.Task[None] | None = None
+        self._position_changed = asyncio.Condition()
+        self._reload = False
+
+    def load_local(self) -> None:
+        """The image of the last local snapshot, if any (before `start`)."""
+        snapshot = self.local.latest()
+        if snapshot is not None:
+            self.store.image = image_from_records(snapshot.records, snapshot.end_offset)
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="metadata-loader")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+
+    def reload(self) -> None:
+        """Load the image anew from etcd (what this node's image holds may not be durable)."""
+        self._reload = True
+        if self._task is not None:
+            self._task.cancel()
+
+    async def wait_for_offset(self, offset: int, timeout_s: float) -> None:
+        """Until the image has replayed the log up to `offset` (its next offset)."""
+        async with self._position_changed:
+            await asyncio.wait_for(self._position_changed.wait_for(lambda: self.store.image.records >= offset),
+                                   timeout_s)
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                if self._reload:
+                    self._reload = False
+                    self.store.image = MetadataImage()  # from the snapshot in etcd and the log since
+                    self._notify(None)
+                async for item in self.mlog.read(self.store.image.records):
+                    if isinstance(item, Snapshot):
+                        self.store.image = image_from_records(item.records, item.end_offset)
+                        self._notify(None)
+                    else:
+                        self._replay(item)
+                    await self._advanced()
+            except asyncio.CancelledError:
+                if not self._reload:
+                    raise
+            except MetadataLogError as exc:
+                log.error("the metadata log in etcd cannot continue this node's image; loading it anew",
+                          error=str(exc))
+                self._reload = True
+                await asyncio.sleep(1.0)
+
+    def _replay(self, batch: Batch) -> None:
+        image = self.store.image
+        skip = image.records - batch.base_offset  # replayed already (the controller's own changes)
+        if skip >= len(batch.records):
+            return
+        replayed: list[Any] = []
+        for value in batch.records[max(skip, 0):]:
+            record = decode_record(value)
+            if record is None:
+                image.records += 1
+            else:
+                image.replay(record)
+                replayed.append(record)
+        self._since_snapshot += len(batch.records)
+        if replayed:
+            self._notify(replayed)
+
+    def _notify(self, records: list[Any] | None) -> None:
+        try:
+            self.store.replayed(records)
+        except Exception:
+            log.exception("a metadata listener failed")
+
+    async def _advanced(self) -> None:
+        async with self._position_changed:
+            self._position_changed.notify_all()
+        if self._since_snapshot >= self.snapshot_every:
+            self._since_snapshot = 0
+            image = self.store.image
+            await asyncio.to_thread(self.local.save, Snapshot(image.records, 0, image_records(image)))
