@@ -218,12 +218,22 @@ _PROPS: list[Prop] = [
     Prop("simulated.brokers", "int", 1,
          "Answer as a cluster of this many brokers (ids node.id and up, node k on each listener's port + k): "
          "replicas, leaders and coordinators spread over them, nothing replicated (not in Kafka)."),
-    Prop("simulated.process.node", "int", -1,
-         "With simulated.brokers: this process serves only node node.id + k of the cluster, sibling processes "
-         "the others; the process of node.id is the controller (a prototype for more cores, docs/scaling.md; "
-         "not in Kafka)."),
-    Prop("simulated.controller.log.dir", "string", "",
-         "The controller process's log directory, whose metadata log the other processes follow (not in Kafka)."),
+    # a cluster of separate processes and hosts (docs/cluster.md)
+    Prop("etcd.endpoints", "string", None,
+         "Comma-separated http://host:port URLs of the etcd cluster that holds the controller election and the "
+         "metadata log: set, this broker is one node of a cluster (every node gets the same value); unset, a "
+         "single node with its local metadata log (not in Kafka)."),
+    Prop("etcd.root", "string", "/kafka",
+         "Key prefix of the cluster in etcd: its data lives under <root>/<cluster id>/ (not in Kafka)."),
+    Prop("etcd.lease.timeout.ms", "int", 3000,
+         "The etcd lease of a node (whole seconds): a dead controller is replaced, and a dead node's id freed, "
+         "within it (not in Kafka)."),
+    Prop("broker.session.timeout.ms", "int", 9000,
+         "A broker whose heartbeats to the controller stop for this long is fenced."),
+    Prop("broker.heartbeat.interval.ms", "int", 2000, "How often a broker heartbeats to the controller."),
+    Prop("metadata.log.max.record.bytes.between.snapshots", "int", 20971520,
+         "The controller writes a snapshot of the metadata to etcd after this many bytes of records, and "
+         "deletes the log behind it."),
 ]
 
 PROPS: dict[str, Prop] = {p.name: p for p in _PROPS}
@@ -243,6 +253,7 @@ AREAS: tuple[tuple[str, str], ...] = (
     ("telemetry.max.bytes", "Client telemetry (KIP-714)"),
     ("metrics.port", "Metrics, fault injection and logs"),
     ("simulated.brokers", "Simulated cluster"),
+    ("etcd.endpoints", "Cluster of processes and hosts"),
 )
 
 

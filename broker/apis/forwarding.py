@@ -19,21 +19,18 @@ from __future__ import annotations
 import ipaddress
 import socket
 import struct
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from broker.apis.addressing import fail_whole
-from broker.apis.registry import APIS, RequestContext, api
+from broker.apis.registry import APIS, Handler, RequestContext, api
 from broker.cluster.node import ClusterNode
-from broker.security.acl import Operation as Op
-from broker.security.authz import authorize_cluster
+from broker.security.authz import Op, authorize_cluster
 from protocol import frames
 from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
 
 E = ErrorCode
 ENVELOPE = 58
-Handler = Callable[[Any, Any], Awaitable[Any]]
 
 
 def encode_principal(principal: str) -> bytes:
@@ -121,7 +118,7 @@ async def handle_envelope(ctx: RequestContext, request: M.EnvelopeRequest) -> M.
     node = _cluster(ctx)
     if not node.is_controller:
         return M.EnvelopeResponse(error_code=E.NOT_CONTROLLER, response_data=None)
-    data = memoryview(bytes(request.request_data))
+    data = memoryview(bytes(request.request_data or b""))
     try:
         api_key, api_version, correlation_id = struct.unpack_from(">hhi", data)
         inner_api = APIS.get(api_key)
@@ -130,7 +127,7 @@ async def handle_envelope(ctx: RequestContext, request: M.EnvelopeRequest) -> M.
         header_version = frames.request_header_version(api_key, api_version)
         client_id, body = frames.decode_header_rest(data, header_version)
         inner = M.decode_request(api_key, api_version, data[body:])
-        principal = decode_principal(bytes(request.request_principal))
+        principal = decode_principal(bytes(request.request_principal or b""))
     except Exception:
         return M.EnvelopeResponse(error_code=E.INVALID_REQUEST, response_data=None)
     inner_ctx = RequestContext(ctx.broker, api_key, api_version, correlation_id, client_id,

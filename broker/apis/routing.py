@@ -20,7 +20,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from broker.apis.addressing import Key, answer_in_part, fail_whole
+from broker.apis.registry import Handler, RequestContext
 from broker.metadata import MetadataStore
+from protocol import messages as M
 from protocol.errors import ErrorCode
 
 E = ErrorCode
@@ -44,8 +46,7 @@ ROUTED = LEADER_APIS | GROUP_APIS | set(TRANSACTION_FIELDS) | {ADD_PARTITIONS_TO
 # UpdateFeatures
 FORWARDED = frozenset({19, 20, 30, 31, 33, 37, 43, 44, 45, 49, 51, 57})
 
-Handler = Callable[[Any, Any], Awaitable[Any]]
-Forward = Callable[[Any, Any, Handler], Awaitable[Any]]
+Forward = Callable[[RequestContext, Any, Handler], Awaitable[Any]]
 
 
 class ClusterView(Protocol):
@@ -78,13 +79,14 @@ class Router:
     def api_keys(self) -> frozenset[int]:
         return frozenset(ROUTED | (FORWARDED if self.forward is not None else frozenset()))
 
-    async def route(self, ctx: Any, request: Any, handler: Handler) -> Any:
+    async def route(self, ctx: RequestContext, request: Any, handler: Handler) -> Any:
         node = self.node_of(ctx)
         api_key = ctx.api_key
         if api_key in FORWARDED and self.forward is not None:
             return await self.forward(ctx, request, handler)
         if api_key == LIST_GROUPS:
             response = await handler(ctx, request)
+            assert isinstance(response, M.ListGroupsResponse)
             response.groups = [g for g in response.groups or ()
                                if self.view.coordinator(KEY_TYPE_GROUP, g.group_id) == node]
             return response

@@ -170,8 +170,11 @@ class ActiveController:
             expired = self.heartbeats.expired(self.store.image, self.clock_ms(), self.settings.session_timeout_ms)
             if not expired:
                 continue
+            def fence(ids: list[int] = expired) -> None:
+                self.store.append_records(brokers.fence(self.store.image, ids))
+
             try:
-                await self.change(lambda ids=expired: self.store.append_records(brokers.fence(self.store.image, ids)))
+                await self.change(fence)
                 log.warning("brokers fenced: no heartbeat within the session timeout", brokers=expired,
                             session_timeout_ms=self.settings.session_timeout_ms)
             except KafkaError as exc:
