@@ -18,8 +18,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import structlog
-
 from broker.cluster import brokers
 from broker.cluster.keys import Leadership
 from broker.cluster.metadata_log import MetadataLog, Snapshot
@@ -27,10 +25,11 @@ from broker.cluster.metadata_sync import ControllerLog, MetadataLoader, not_cont
 from broker.cluster.snapshot import image_records
 from broker.metadata import PRODUCER_ID_BLOCK, MetadataStore
 from broker.metadata.features import SUPPORTED
+from broker.observability.logger import get_logger
 from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
 
-log = structlog.get_logger("broker.cluster")
+log = get_logger("broker.cluster")
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-import structlog
-
 from broker.cluster.etcd import EtcdUnavailable
 from broker.cluster.keys import Leadership, NotController
 from broker.cluster.metadata_log import (
@@ -39,9 +37,10 @@ from broker.cluster.metadata_log import (
 )
 from broker.cluster.snapshot import image_from_records, image_records
 from broker.metadata import MetadataImage, MetadataStore, decode_record
+from broker.observability.logger import get_logger
 from protocol.errors import ErrorCode, KafkaError
 
-log = structlog.get_logger("broker.cluster")
+log = get_logger("broker.cluster")
 
 def not_controller(message: str) -> KafkaError:
     return KafkaError(ErrorCode.NOT_CONTROLLER, message)

@@ -27,8 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from broker.cluster.client import NodeClients
 from broker.cluster.controller import ActiveController, ControllerSettings, supported_levels
 from broker.cluster.election import (
@@ -47,10 +45,11 @@ from broker.cluster.metadata_log import LocalSnapshots, MetadataLog
 from broker.cluster.metadata_sync import ControllerLog, MetadataLoader, not_controller
 from broker.cluster.view import ImageView
 from broker.metadata import MetadataStore
+from broker.observability.logger import get_logger
 from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
 
-log = structlog.get_logger("broker.cluster")
+log = get_logger("broker.cluster")
 
 BROKER_REGISTRATION, BROKER_HEARTBEAT, ALLOCATE_PRODUCER_IDS = 62, 63, 67
 REGISTRATION_VERSION, HEARTBEAT_VERSION = 4, 1

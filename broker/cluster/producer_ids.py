@@ -12,12 +12,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-import structlog
-
 from broker.metadata import MetadataStore
+from broker.observability.logger import get_logger
 from protocol.errors import ErrorCode, KafkaError
 
-log = structlog.get_logger("broker.cluster")
+log = get_logger("broker.cluster")
 
 PREFETCH_AT = 0.9
 

@@ -21,12 +21,11 @@ import asyncio
 import uuid
 from typing import Any, Protocol
 
-import structlog
-
 from broker.metadata import RESOURCE_BROKER, RESOURCE_GROUP, RESOURCE_TOPIC, MetadataImage, TopicInfo
+from broker.observability.logger import get_logger
 from protocol import messages as M
 
-log = structlog.get_logger("broker.cluster")
+log = get_logger("broker.cluster")
 
 
 class LocalNode(Protocol):

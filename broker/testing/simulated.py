@@ -27,13 +27,12 @@ from __future__ import annotations
 import zlib
 from typing import Any
 
-import structlog
-
 from broker.apis.routing import KEY_TYPE_GROUP, KEY_TYPE_SHARE, KEY_TYPE_TRANSACTION, Router
 from broker.coordinator.runtime import partition_for
+from broker.observability.logger import get_logger
 from protocol.errors import ErrorCode, KafkaError
 
-log = structlog.get_logger("broker.simulated")
+log = get_logger("broker.simulated")
 
 __all__ = ["KEY_TYPE_GROUP", "KEY_TYPE_SHARE", "KEY_TYPE_TRANSACTION", "SimulatedCluster"]
 
