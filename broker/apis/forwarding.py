@@ -105,7 +105,8 @@ class _Forwarded:
 
 
 def _cluster(ctx: RequestContext) -> ClusterNode:
-    node = getattr(ctx.broker, "cluster", None)
+    mode = getattr(ctx.broker, "cluster", None)
+    node = getattr(mode, "node", None)
     if node is None:
         raise KafkaError(E.UNSUPPORTED_VERSION, "Not a node of a cluster.")
     if not authorize_cluster(ctx, Op.CLUSTER_ACTION):

@@ -37,7 +37,7 @@ class ControllerSettings:
     cluster_id: str
     session_timeout_ms: int = 9000  # broker.session.timeout.ms
     heartbeat_interval_ms: int = 2000  # broker.heartbeat.interval.ms
-    snapshot_interval_records: int = 20_000
+    snapshot_bytes: int = 20 * 1024 * 1024  # metadata.log.max.record.bytes.between.snapshots
     static_min_insync_replicas: int = 1
     catch_up_timeout_s: float = 30.0
 
@@ -81,7 +81,7 @@ class ActiveController:
             return  # lost meanwhile
         self.heartbeats.start_all(self.store.image, self.clock_ms())
         self.clog.leadership = leadership
-        self._snapshot_at = self.store.image.records
+        self._snapshot_at = self.clog.appended_bytes
         self._active.set()
         log.info("active controller", node_id=self.node_id, epoch=leadership.epoch, offset=end)
         loop = asyncio.get_running_loop()
@@ -182,9 +182,9 @@ class ActiveController:
     async def _maybe_snapshot(self) -> None:
         leadership = self.leadership
         image = self.store.image
-        if leadership is None or image.records - self._snapshot_at < self.settings.snapshot_interval_records:
+        if leadership is None or self.clog.appended_bytes - self._snapshot_at < self.settings.snapshot_bytes:
             return
-        self._snapshot_at = image.records
+        self._snapshot_at = self.clog.appended_bytes
         try:
             await self.mlog.write_snapshot(leadership, Snapshot(image.records, leadership.epoch, image_records(image)))
             await self.mlog.delete_behind(leadership, image.records)

@@ -5,11 +5,19 @@ module sits below the wiring)."""
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 from typing import Any
 
+from broker.cluster.metadata_sync import ClusterMetadataStore
+from broker.cluster.node import ClusterNode, ClusterSettings
+from broker.cluster.producer_ids import ProducerIdBlocks
+from broker.cluster.publisher import MetadataPublisher
+from broker.cluster.view import ImageView
 from broker.metadata import MetadataImage, TopicInfo
 from broker.metadata.image import OFFSETS_TOPIC, SHARE_STATE_TOPIC, TRANSACTION_STATE_TOPIC
 from broker.observability.logger import get_logger
+from protocol import messages as M
+from protocol.errors import ErrorCode, KafkaError
 
 log = get_logger("broker.cluster")
 
@@ -74,3 +82,113 @@ class LocalBroker:
 
     def group_configs_changed(self, group_id: str) -> None:
         self.broker.group_configs_changed(group_id)
+
+
+class ClusterMode(LocalBroker):
+    """A broker as one node of a cluster (`etcd.endpoints` set): its ClusterNode, the publisher
+    that makes it follow the metadata, and the answers the broker gives from the cluster's view."""
+
+    def __init__(self, broker: Any, settings: ClusterSettings, metadata_dir: Path) -> None:
+        super().__init__(broker)
+        self.node = ClusterNode(settings, broker.node_id, metadata_dir)
+        self.publisher = MetadataPublisher(self)
+        self.producer_ids: ProducerIdBlocks | None = None
+
+    @property
+    def view(self) -> ImageView:
+        assert self.node.view is not None
+        return self.node.view
+
+    async def connect(self, wanted_cluster_id: str | None) -> str:
+        return await self.node.connect(wanted_cluster_id)
+
+    async def start(self, store: ClusterMetadataStore, directory_id: str) -> None:
+        """Join: the node id claimed (by this log directory), the image caught up with etcd, the
+        node a controller candidate, the cluster's features finalized (by its first controller)."""
+        await self.node.start(store, directory_id)
+        await self.node.wait_for_bootstrap()
+        self.producer_ids = store.producer_ids = ProducerIdBlocks(self.node.allocate_producer_ids)
+
+    async def follow(self) -> None:
+        """From now on the broker follows the metadata; first, everything there is."""
+        store = self.broker.metadata
+        store.listeners.append(self.publisher)
+        self.publisher(None)
+        await self.publisher.settled()
+
+    def serve(self, listeners: list[tuple[str, str, int, int]]) -> None:
+        """The listeners are bound: register with the controller and heartbeat."""
+        self.node.start_lifecycle(listeners)
+
+    async def stop(self, clean: bool) -> None:
+        if self.producer_ids is not None:
+            self.producer_ids.stop()
+        await self.node.stop(clean)
+        await self.publisher.stop()
+
+    # the cluster as clients see it -------------------------------------------------------------
+    def controller_id(self) -> int:
+        return self.node.controller_id
+
+    def internal_replication(self, configured: bool, value: int) -> int:
+        """An internal topic's replication factor: as configured, else Kafka's default 3 at most
+        the live brokers (as the simulated cluster caps it)."""
+        return value if configured else max(1, min(value, len(self.view.live_nodes())))
+
+    # topics --------------------------------------------------------------------------------------
+    async def create_topic(self, name: str, partitions: int, configs: dict[str, str], factor: int,
+                           assignments: list[list[int]] | None) -> TopicInfo:
+        """Create a topic: here when this node is the controller, else through it (CreateTopics,
+        as Kafka's brokers create topics on first use); returns it once this node has it."""
+        store = self.broker.metadata
+        if self.node.is_controller:
+            placed = assignments if assignments is not None else self.view.place(partitions, factor)
+            info = store.create_topic(name, partitions, configs, replicas=lambda index: list(placed[index]))
+            await self.node.sync()
+            log.info("topic created", topic=name, partitions=partitions, topic_id=str(info.topic_id))
+        else:
+            R = M.CreateTopicsRequest
+            request = R(topics=[R.CreatableTopic(
+                name=name, num_partitions=partitions, replication_factor=factor,
+                assignments=[R.CreatableReplicaAssignment(partition_index=i, broker_ids=list(r))
+                             for i, r in enumerate(assignments or ())],
+                configs=[R.CreatableTopicConfig(name=k, value=v) for k, v in configs.items()])],
+                timeout_ms=30000, validate_only=False)
+            if assignments is not None:
+                request.topics[0].num_partitions = request.topics[0].replication_factor = -1
+            response = await self.node.to_controller(CREATE_TOPICS, CREATE_TOPICS_VERSION, request, _unreachable)
+            result = response.topics[0]
+            if result.error_code:
+                raise KafkaError(ErrorCode(result.error_code), result.error_message or "")  # type: ignore[call-arg]
+            await self.node.caught_up_with_controller()
+        await self.publisher.settled()
+        info = store.topic(name)
+        if info is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The topic '%s' is not known here yet." % name)
+        return info  # type: ignore[no-any-return]
+
+    def place_new_partitions(self, info: TopicInfo, total: int, assignments: list[list[int]] | None
+                             ) -> list[list[int]]:
+        """Replicas of the partitions a topic grows by (their indexes info.partitions .. total-1)."""
+        if assignments is not None:
+            return assignments
+        factor = len(info.assignments[0].replicas) if 0 in info.assignments else 1
+        return self.view.place(total - info.partitions, factor)
+
+
+async def _unreachable(request: Any) -> Any:
+    raise KafkaError(ErrorCode.NOT_CONTROLLER, "The controller is another node.")
+
+
+CREATE_TOPICS, CREATE_TOPICS_VERSION = 19, 7
+
+
+def inter_broker_listener(config: Any) -> str:
+    """The listener brokers reach each other on: inter.broker.listener.name, else the one named as
+    security.inter.broker.protocol (PLAINTEXT), else the first."""
+    named = config["inter.broker.listener.name"]
+    if named:
+        return str(named).upper()
+    wanted = str(config["security.inter.broker.protocol"] or "PLAINTEXT").upper()
+    names = [a.name.upper() for a in config.listeners]
+    return wanted if wanted in names else (names[0] if names else "PLAINTEXT")

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,6 +65,7 @@ class ControllerLog:
         self.leadership: Leadership | None = None  # set while this node may write
         self._queue: asyncio.Queue[_Append] = asyncio.Queue()
         self._last: asyncio.Future[None] | None = None
+        self.appended_bytes = 0  # of the records appended by this node (the controller snapshots by it)
         self._task: asyncio.Task[None] | None = None
 
     # MetadataLog -------------------------------------------------------------------------------
@@ -71,6 +73,7 @@ class ControllerLog:
         if self.leadership is None:
             raise not_controller("This node is not the active controller.")
         entry = _Append(self.image().records, list(values))
+        self.appended_bytes += sum(len(v) for v in values)
         self._last = entry.done
         self._queue.put_nowait(entry)
         if self._task is None or self._task.done():
@@ -129,11 +132,11 @@ class MetadataLoader:
     change."""
 
     def __init__(self, store: MetadataStore, mlog: MetadataLog, local: LocalSnapshots,
-                 snapshot_every: int = 10_000) -> None:
+                 snapshot_bytes: int = 20 * 1024 * 1024) -> None:
         self.store = store
         self.mlog = mlog
         self.local = local
-        self.snapshot_every = snapshot_every  # records replayed between two local snapshots
+        self.snapshot_bytes = snapshot_bytes  # bytes of records replayed between two local snapshots
         self._since_snapshot = 0
         self._task: asyncio.Task[None] | None = None
         self._position_changed = asyncio.Condition()
@@ -202,7 +205,7 @@ class MetadataLoader:
             else:
                 image.replay(record)
                 replayed.append(record)
-        self._since_snapshot += len(batch.records)
+        self._since_snapshot += sum(len(v) for v in batch.records)
         if replayed:
             self._notify(replayed)
 
@@ -215,7 +218,26 @@ class MetadataLoader:
     async def _advanced(self) -> None:
         async with self._position_changed:
             self._position_changed.notify_all()
-        if self._since_snapshot >= self.snapshot_every:
+        if self._since_snapshot >= self.snapshot_bytes:
             self._since_snapshot = 0
             image = self.store.image
             await asyncio.to_thread(self.local.save, Snapshot(image.records, 0, image_records(image)))
+
+
+class ClusterMetadataStore(MetadataStore):
+    """The metadata store of a node in cluster mode. Producer ids come in blocks from the
+    controller (producer_ids.py). A new partition's in-sync replicas are its leader alone: the
+    others are not in sync before they replicate it."""
+
+    producer_ids: Any = None  # producer_ids.ProducerIdBlocks, once the node has joined
+
+    def allocate_producer_id(self) -> int:
+        if self.producer_ids is None:
+            raise KafkaError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "Producer ids are being allocated.")
+        return int(self.producer_ids.next_id())
+
+    def _partition_record(self, topic_id: uuid.UUID, index: int,
+                          replicas: Callable[[int], list[int]] | None = None) -> Any:
+        record = super()._partition_record(topic_id, index, replicas)
+        record.isr = list(record.replicas[:1])
+        return record

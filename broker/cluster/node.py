@@ -38,6 +38,7 @@ from broker.cluster.election import (
     claim_node_id,
     resolve_cluster_id,
 )
+from broker.cluster.errors import ClusterStartError
 from broker.cluster.etcd import EtcdUnavailable
 from broker.cluster.etcd_http import HttpEtcd
 from broker.cluster.keys import ClusterKeys, Leadership
@@ -56,10 +57,6 @@ REGISTRATION_VERSION, HEARTBEAT_VERSION = 4, 1
 FENCED_HEARTBEAT_MS = 100  # how often a fenced broker heartbeats until it is unfenced
 
 
-class ClusterStartError(Exception):
-    """The node cannot join the cluster (etcd unreachable, another cluster, its id in use)."""
-
-
 @dataclass(frozen=True)
 class ClusterSettings:
     endpoints: list[str]
@@ -69,7 +66,7 @@ class ClusterSettings:
     heartbeat_interval_ms: int
     inter_broker_listener: str
     rack: str | None
-    snapshot_interval_records: int
+    snapshot_bytes: int  # metadata.log.max.record.bytes.between.snapshots
     static_min_insync_replicas: int
 
     @classmethod
@@ -78,16 +75,16 @@ class ClusterSettings:
         return cls(endpoints, str(config["etcd.root"]), int(config["etcd.lease.timeout.ms"]),
                    int(config["broker.session.timeout.ms"]), int(config["broker.heartbeat.interval.ms"]),
                    inter_broker_listener, config["broker.rack"],
-                   int(config["metadata.log.max.snapshot.interval.records"]),
+                   int(config["metadata.log.max.record.bytes.between.snapshots"]),
                    config.static_min_insync_replicas)
 
 
 class ClusterNode:
-    def __init__(self, settings: ClusterSettings, node_id: int, directory_id: str, metadata_dir: Path,
+    def __init__(self, settings: ClusterSettings, node_id: int, metadata_dir: Path,
                  clock_ms: Callable[[], int] | None = None) -> None:
         self.settings = settings
         self.node_id = node_id
-        self.directory_id = directory_id
+        self.directory_id = ""  # of its first log directory: the node's identity in its id claim
         self.metadata_dir = metadata_dir
         self.clock_ms = clock_ms or (lambda: int(time.monotonic() * 1000))
         self.etcd = HttpEtcd(settings.endpoints)
@@ -125,9 +122,10 @@ class ClusterNode:
         self.keys = ClusterKeys(self.cluster_id, self.settings.root)
         return self.cluster_id
 
-    async def start(self, store: MetadataStore, catch_up_timeout_s: float = 60.0) -> None:
+    async def start(self, store: MetadataStore, directory_id: str, catch_up_timeout_s: float = 60.0) -> None:
         """Lease, node id, image, candidacy. `store` becomes this node's metadata in cluster mode."""
         assert self.keys is not None
+        self.directory_id = directory_id
         keys = self.keys
         self.session = Session(self.etcd, self.settings.lease_timeout_ms)
         try:
@@ -149,7 +147,7 @@ class ClusterNode:
         self.store = store
         self.mlog = MetadataLog(self.etcd, keys, LocalSnapshots(self.metadata_dir))
         self.loader = MetadataLoader(store, self.mlog, LocalSnapshots(self.metadata_dir),
-                                     snapshot_every=self.settings.snapshot_interval_records)
+                                     snapshot_bytes=self.settings.snapshot_bytes)
         self.clog = ControllerLog(self.mlog, lambda: store.image, self._append_failed)
         store.log = self.clog
         self.view = ImageView(lambda: store.image, self.node_id)
@@ -160,7 +158,7 @@ class ClusterNode:
         self.controller = ActiveController(
             self.node_id, store, self.clog, self.loader, self.mlog,
             ControllerSettings(self.cluster_id, self.settings.session_timeout_ms, self.settings.heartbeat_interval_ms,
-                               self.settings.snapshot_interval_records, self.settings.static_min_insync_replicas),
+                               self.settings.snapshot_bytes, self.settings.static_min_insync_replicas),
             self.clock_ms)
         self.election = ControllerElection(self.etcd, keys, self.node_id, self.session)
         self.election.listeners.append(self._controller_changed)

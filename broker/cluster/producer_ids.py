@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from broker.metadata import MetadataStore
 from broker.observability.logger import get_logger
 from protocol.errors import ErrorCode, KafkaError
 
@@ -56,14 +55,3 @@ class ProducerIdBlocks:
     def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
-
-
-class ClusterMetadataStore(MetadataStore):
-    """The metadata store of a node in cluster mode: producer ids come in blocks from the controller."""
-
-    producer_ids: ProducerIdBlocks | None = None
-
-    def allocate_producer_id(self) -> int:
-        if self.producer_ids is None:
-            raise KafkaError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "Producer ids are being allocated.")
-        return self.producer_ids.next_id()

@@ -46,9 +46,11 @@ class GroupCoordinator:
         # Deletes the share state of share groups about to be deleted (the share coordinator's).
         self.delete_share_state: Callable[[list[str]], Awaitable[None]] | None = None
 
-    async def start(self) -> None:
-        """Load every partition of __consumer_offsets (this single node coordinates them all)."""
-        await self.runtime.load_all()
+    async def start(self, load: bool = True) -> None:
+        """Load every partition of __consumer_offsets (a single node coordinates them all; a node of
+        a cluster loads those it leads, as it learns of them: `load` False)."""
+        if load:
+            await self.runtime.load_all()
 
     async def stop(self) -> None:
         await self.runtime.close()

@@ -72,8 +72,11 @@ class ShareCoordinator:
         self._prune_before = prune_before
         self._pruner: asyncio.Task[None] | None = None
 
-    async def start(self) -> None:
-        await self.runtime.load_all()
+    async def start(self, load: bool = True) -> None:
+        """Load every partition of __share_group_state (a node of a cluster: those it leads, as it
+        learns of them)."""
+        if load:
+            await self.runtime.load_all()
         if self._prune_before is not None and self.config.prune_interval_ms > 0:
             self._pruner = asyncio.get_running_loop().create_task(self._prune_loop())
 
