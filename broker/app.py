@@ -486,7 +486,8 @@ class Broker:
 
     def _internal_replication(self, config_key: str) -> int:
         if self.cluster is not None:
-            return self.cluster.internal_replication(not self.config.is_default(config_key), int(self.config[config_key]))
+            configured = None if self.config.is_default(config_key) else self.config[config_key]
+            return self.cluster.internal_replication(None if configured is None else int(configured))
         if self.simulated is None:
             return 1
         return self.simulated.internal_replication(config_key)

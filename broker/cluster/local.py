@@ -130,10 +130,10 @@ class ClusterMode(LocalBroker):
     def controller_id(self) -> int:
         return self.node.controller_id
 
-    def internal_replication(self, configured: bool, value: int) -> int:
+    def internal_replication(self, configured: int | None) -> int:
         """An internal topic's replication factor: as configured, else Kafka's default 3 at most
         the live brokers (as the simulated cluster caps it)."""
-        return value if configured else max(1, min(value, len(self.view.live_nodes())))
+        return configured if configured is not None else max(1, min(3, len(self.view.live_nodes())))
 
     # topics --------------------------------------------------------------------------------------
     async def create_topic(self, name: str, partitions: int, configs: dict[str, str], factor: int,
