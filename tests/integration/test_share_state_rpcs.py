@@ -249,8 +249,8 @@ def test_empty_requests_get_empty_responses(broker: BrokerThread, client: RawCli
     assert client.call(WRITE, 1, W(group_id=group, topics=[W.WriteStateData(topic_id=topic_id, partitions=[])])
                        ).results == []
     assert write(client, "", topic_id, 0, 0, 0, 0, []).results == []
-    I = M.InitializeShareGroupStateRequest
-    assert client.call(INITIALIZE, 0, I(group_id=group, topics=[])).results == []
+    Init = M.InitializeShareGroupStateRequest
+    assert client.call(INITIALIZE, 0, Init(group_id=group, topics=[])).results == []
     assert initialize(client, "", topic_id, (0, 0, 0)).results == []
     D = M.DeleteShareGroupStateRequest
     assert client.call(DELETE, 0, D(group_id=group, topics=[D.DeleteStateData(topic_id=topic_id, partitions=[])])
