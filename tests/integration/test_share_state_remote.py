@@ -3,8 +3,8 @@ serving a share group's data partition and its engine, B the share coordinator o
 share-partition's key (the topic is registered in B's metadata under A's topic id, as a cluster's
 shared metadata would have it). A's engine persists through the share-state RPCs to B, a restarted
 A reads its state back from B, the group coordinator's uses (initialize, delete) go the same way,
-and a NOT_COORDINATOR from a node that no longer coordinates the key sends the request to the next
-one the lookup names."""
+a NOT_COORDINATOR from a node that no longer coordinates the key sends the request to the next
+one the lookup names, and one still loading is retried."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from broker.coordinator.share import StateBatch
+from broker.coordinator.share import StateBatch, WriteState
 from broker.coordinator.share.records import ShareKey
 from broker.share.persister import Backoff, RemoteSharePersister, ShareStateRouter
 from broker.testing.interbroker import NodeClient
@@ -134,6 +134,13 @@ def test_not_coordinator_sends_the_request_to_the_coordinator_the_next_lookup_na
     on_b = b.call(b.broker.share_coordinator.read_state(key))
     assert on_b is not None and on_b.start_offset == 3
     assert a.call(persister.read_state_as_leader(key, 0)) is not None
+
+    # a coordinator still loading (fault injection on B, partition by partition): retried
+    loading = b.faults.fail("WriteShareGroupState", "COORDINATOR_LOAD_IN_PROGRESS", times=2, group="moved-group")
+    a.call(persister.write_state(WriteState(key, 0, 0, 3, 1, (StateBatch(3, 3, ACKNOWLEDGED, 1),))))
+    assert loading.injected == 2
+    on_b = b.call(b.broker.share_coordinator.read_state(key))
+    assert on_b is not None and on_b.state_batches == (StateBatch(3, 3, ACKNOWLEDGED, 1),)
 
     # a coordinator that stays wrong: Kafka's 5 attempts, then its error
     stuck = RemoteSharePersister(lambda k: 1, clients_to((1, a)), FAST)
