@@ -29,7 +29,11 @@ as the local coordinator's write creates it.
 
 `ShareStateRouter` is the one the broker wires: a key this node coordinates goes to the local
 share coordinator with no network hop, any other through the RPCs; either path answers the same
-(the local answers are cut down to what the RPCs carry) and is retried the same way.
+(the local answers are cut down to what the RPCs carry) and is retried the same way. It has the
+local coordinator's initialize_state / delete_state, and read_summary for
+DescribeShareGroupOffsets (Kafka reads it with ReadShareGroupStateSummary); a deleted share
+group's keys come from GroupCoordinator.share_state_keys, not from a scan of this node's shards.
+`close()` at the broker's stop.
 """
 
 from __future__ import annotations
