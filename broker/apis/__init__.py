@@ -44,6 +44,7 @@ def load_handlers() -> None:
         sasl,
         share,
         share_admin,
+        share_state,
         telemetry,
         topics,
         txn,

@@ -82,6 +82,9 @@ def _groups(request: str, response: str, key: str = "", response_key: str = "gro
 
 _PARTITIONS = (_topics(), _partitions())
 _PARTITION_INDEXES = (_topics(), _partitions("partition_indexes", key=""))
+# the share-state RPCs (83-87): one group, topics by id, partitions answered one by one
+_SHARE_STATE = Shape((_topics("topics", "results", "topic_id"), _partitions(key="partition", response_key="partition")),
+                     group="group_id")
 SHAPES: dict[int, tuple[Shape, ...]] = {
     0: (Shape((_topics("topic_data", "responses", id_=True), _partitions("partition_data", "partition_responses",
                                                                           "index", "index"))),),
@@ -114,6 +117,11 @@ SHAPES: dict[int, tuple[Shape, ...]] = {
     77: (Shape((_groups("group_ids", "groups"),)),),
     78: (Shape((_topics("topics", "responses", "topic_id"), _partitions()), group="group_id", wait="max_wait_ms"),),
     79: (Shape((_topics("topics", "responses", "topic_id"), _partitions()), group="group_id"),),
+    83: (_SHARE_STATE,),
+    84: (_SHARE_STATE,),
+    85: (_SHARE_STATE,),
+    86: (_SHARE_STATE,),
+    87: (_SHARE_STATE,),
     90: (Shape((_groups("groups", "groups", "group_id"),)),),
     91: (Shape((), group="group_id"),),
     92: (Shape((), group="group_id"),),

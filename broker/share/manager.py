@@ -19,7 +19,7 @@ import time
 import uuid
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from broker.coordinator.group.group_config import parse_auto_offset_reset
 from broker.coordinator.share.records import ShareKey
@@ -55,6 +55,14 @@ class Persister(Protocol):
     async def read_state(self, key: ShareKey) -> ShareGroupOffset | None: ...
 
     async def write_state(self, write: WriteState) -> None: ...
+
+
+@runtime_checkable
+class LeaderPersister(Protocol):
+    """A persister that reads as Kafka's SharePartition does, naming its leader epoch (recorded
+    when newer, fenced when older): broker/share/persister.py's."""
+
+    async def read_state_as_leader(self, key: ShareKey, leader_epoch: int) -> ShareGroupOffset | None: ...
 
 
 class LogRead(Protocol):
@@ -196,8 +204,11 @@ class SharePartitionManager:
         return entry
 
     async def _load(self, entry: _Entry) -> None:
-        state = await self.persister.read_state(entry.key)
         engine, partition = entry.engine, entry.partition
+        if isinstance(self.persister, LeaderPersister):
+            state = await self.persister.read_state_as_leader(entry.key, partition.leader_epoch)
+        else:
+            state = await self.persister.read_state(entry.key)
         if state is None or state.start_offset < 0:
             settings = self.settings_of(entry.key[0])
             start = self._initial_offset(partition, settings)

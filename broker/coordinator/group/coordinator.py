@@ -216,6 +216,13 @@ class GroupCoordinator:
             "share-group-initialized-partitions")
         return result
 
+    async def share_state_keys(self, group_id: str) -> list[tuple[str, uuid.UUID, int]]:
+        """The share-partitions of a share group whose state is to be deleted with it (the keys of
+        its DeleteShareGroupState when the share coordinators are on other nodes)."""
+        result: list[tuple[str, uuid.UUID, int]] = await self.runtime.read(
+            self.partition_for(group_id), lambda s: share_admin.state_keys(s.groups, group_id), "share-state-keys")
+        return result
+
     async def on_topics_changed(self, created: Iterable[str] = (), deleted: Iterable[str] = (),
                                 changed: Iterable[str] = ()) -> None:
         """Topics were created, deleted or got partitions: every shard hears of it (consumer

@@ -174,5 +174,19 @@ def initialized_partitions(groups: dict[str, Any], group_id: str) -> dict[uuid.U
     return {t: sorted(ps) for t, (_, ps) in group.initialized.items()}
 
 
+def state_keys(groups: dict[str, Any], group_id: str) -> list[tuple[str, uuid.UUID, int]]:
+    """The share-partitions of a share group whose state the share coordinators may hold: the
+    initialized and initializing ones (Kafka's shareGroupBuildPartitionDeleteRequest, what a
+    deleted share group's DeleteShareGroupState names); none for another group or an unknown one."""
+    group = groups.get(group_id)
+    if not isinstance(group, ShareGroup):
+        return []
+    partitions: dict[uuid.UUID, set[int]] = {}
+    for topics in (group.initialized, group.initializing):
+        for topic_id, (_, ps) in topics.items():
+            partitions.setdefault(topic_id, set()).update(ps)
+    return [(group_id, t, p) for t, ps in partitions.items() for p in sorted(ps)]
+
+
 __all__ = ["AlterResult", "DeleteResult", "alter_offsets", "complete_delete", "forget_topics", "initialized_partitions",
-           "initiate_delete", "share_group_or_raise"]
+           "initiate_delete", "share_group_or_raise", "state_keys"]

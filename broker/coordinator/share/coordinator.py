@@ -90,13 +90,30 @@ class ShareCoordinator:
         return self.runtime.partition_for(coordinator_key(key))
 
     # ----- the persister ------------------------------------------------------------------
-    async def write_state(self, write: WriteState) -> None:
-        """Make the write durable; raises KafkaError (fencing, unknown partition, storage)."""
-        await self.runtime.write(self.partition_for(write.key), lambda s, now: s.write_state(write, now), "write-state")
+    async def write_state(self, write: WriteState, require_state: bool = False) -> None:
+        """Make the write durable; raises KafkaError (fencing, unknown partition, storage;
+        `require_state`: INVALID_REQUEST for a share-partition without state, as Kafka)."""
+        await self.runtime.write(self.partition_for(write.key),
+                                 lambda s, now: s.write_state(write, now, require_state), "write-state")
 
     async def read_state(self, key: ShareKey) -> ShareGroupOffset | None:
         result: ShareGroupOffset | None = await self.runtime.read_now(
             self.partition_for(key), lambda s: s.read_state(key), "read-state")
+        return result
+
+    async def read_for_leader(self, key: ShareKey, leader_epoch: int) -> ShareGroupOffset:
+        """ReadShareGroupState: the state as the leader of `leader_epoch` reads it (a newer epoch
+        is recorded first, an older one fenced; INVALID_REQUEST without state). A write, as in
+        Kafka, so that the epoch it records is durable before the state is answered."""
+        result: ShareGroupOffset = await self.runtime.write(
+            self.partition_for(key), lambda s, now: s.read_for_leader(key, leader_epoch, now), "read-state-for-leader")
+        return result
+
+    async def read_summary(self, key: ShareKey) -> ShareGroupOffset:
+        """ReadShareGroupStateSummary: start offset, epochs and delivery-complete count (Kafka's
+        defaults for a share-partition without state)."""
+        result: ShareGroupOffset = await self.runtime.read_now(
+            self.partition_for(key), lambda s: s.read_summary(key), "read-state-summary")
         return result
 
     async def initialize_state(self, key: ShareKey, state_epoch: int, start_offset: int) -> None:
@@ -104,12 +121,14 @@ class ShareCoordinator:
                                  lambda s, now: s.initialize_state(key, state_epoch, start_offset, now),
                                  "initialize-state")
 
-    async def delete_state(self, keys: list[ShareKey]) -> None:
+    async def delete_state(self, keys: list[ShareKey], require_partition: bool = False) -> None:
+        """Tombstones for the keys that have state (`require_partition`: UNKNOWN_TOPIC_OR_PARTITION
+        when a key's partition is not in the metadata, as Kafka's DeleteShareGroupState)."""
         by_partition: dict[int, list[ShareKey]] = {}
         for key in keys:
             by_partition.setdefault(self.partition_for(key), []).append(key)
         def delete(keys: list[ShareKey]) -> Callable[[ShareCoordinatorShard, int], CoordinatorResult[Any]]:
-            return lambda shard, now: shard.delete_state(keys)
+            return lambda shard, now: shard.delete_state(keys, require_partition)
 
         await asyncio.gather(*(self.runtime.write(p, delete(ks), "delete-state") for p, ks in by_partition.items()))
 

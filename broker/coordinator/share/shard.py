@@ -9,6 +9,12 @@ Writes are fenced like Kafka's: a state epoch or leader epoch lower than the one
 FENCED_STATE_EPOCH / FENCED_LEADER_EPOCH, a share-partition of a topic or partition that does not
 exist gets UNKNOWN_TOPIC_OR_PARTITION.
 
+The share-state RPCs (broker/apis/share_state.py) take Kafka's stricter paths: a write or read of a
+share-partition without state is INVALID_REQUEST (`require_state`, `read_for_leader`; the local
+persister's write creates the state instead, as our engine initializes it at first load), a read
+names its leader's epoch (a newer one is recorded, an older one fenced), `read_summary` answers
+defaults for a share-partition without state, and a deletion needs the partition to exist.
+
 Pruning: `snapshot_all` writes a fresh snapshot of every share-partition, after which every record
 before it is redundant; the service then moves the log start offset up to where it began.
 """
@@ -47,6 +53,10 @@ log = get_logger("broker.coordinator.share")
 E = ErrorCode
 Result = CoordinatorResult[Any]
 PartitionExists = Callable[[uuid.UUID, int], bool]
+# Kafka's ShareCoordinatorShard messages
+WRITE_UNINITIALIZED = "Write operation on uninitialized share partition not allowed."
+READ_UNINITIALIZED = "Read operation on uninitialized share partition not allowed."
+DEFAULT_LEADER_EPOCH = 0  # Kafka's PartitionFactory.DEFAULT_LEADER_EPOCH, ShareGroupOffset.UNINITIALIZED_EPOCH
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,11 +127,17 @@ class ShareCoordinatorShard:
                 raise KafkaError(E.FENCED_LEADER_EPOCH)
             if state_epoch != -1 and known.state_epoch > state_epoch:
                 raise KafkaError(E.FENCED_STATE_EPOCH)
+        self._check_partition(key)
+
+    def _check_partition(self, key: ShareKey) -> None:
         if not self.partition_exists(key[1], key[2]):
             raise KafkaError(E.UNKNOWN_TOPIC_OR_PARTITION)
 
-    def write_state(self, write: WriteState, now: int) -> Result:
-        """WriteShareGroupState for one share-partition: a ShareSnapshot or a ShareUpdate."""
+    def write_state(self, write: WriteState, now: int, require_state: bool = False) -> Result:
+        """WriteShareGroupState for one share-partition: a ShareSnapshot or a ShareUpdate
+        (`require_state`: Kafka's INVALID_REQUEST for a share-partition without state)."""
+        if require_state and write.key not in self.states:
+            raise KafkaError(E.INVALID_REQUEST, WRITE_UNINITIALIZED)
         self._check_write(write.key, write.state_epoch, write.leader_epoch)
         known = self.states.get(write.key)
         if known is None:
@@ -153,17 +169,22 @@ class ShareCoordinatorShard:
         reader, from share.auto.offset.reset) under a new state epoch, so earlier writers are fenced."""
         self._check_write(key, state_epoch, NO_LEADER_EPOCH)
         known = self.states.get(key)
+        # Kafka records leader epoch 0 for a new share-partition; a known one keeps its epoch,
+        # which fences older leaders as Kafka's leader epoch map does
         record = snapshot_record(key, ShareGroupOffset(
             snapshot_epoch=0 if known is None else known.snapshot_epoch + 1, state_epoch=state_epoch,
-            leader_epoch=NO_LEADER_EPOCH if known is None else known.leader_epoch,
+            leader_epoch=DEFAULT_LEADER_EPOCH if known is None else known.leader_epoch,
             start_offset=start_offset, delivery_complete_count=0 if start_offset >= 0 else NO_DELIVERY_COMPLETE_COUNT,
             create_timestamp=now, write_timestamp=now))
         return CoordinatorResult(records=[record], response=E.NONE)
 
-    def delete_state(self, keys: list[ShareKey]) -> Result:
-        """DeleteShareGroupState: tombstones for every share-partition that has state."""
+    def delete_state(self, keys: list[ShareKey], require_partition: bool = False) -> Result:
+        """DeleteShareGroupState: tombstones for every share-partition that has state
+        (`require_partition`: Kafka's UNKNOWN_TOPIC_OR_PARTITION for a partition not in the metadata)."""
         records: list[Record] = []
         for key in keys:
+            if require_partition:
+                self._check_partition(key)
             if key in self.states:
                 records.extend(tombstones(key))
         return CoordinatorResult(records=records, response=E.NONE)
@@ -175,9 +196,30 @@ class ShareCoordinatorShard:
                    for key, state in self.states.items()]
         return CoordinatorResult(records=records, response=len(records))
 
+    def read_for_leader(self, key: ShareKey, leader_epoch: int, now: int) -> Result:
+        """ReadShareGroupState for one share-partition (Kafka's readStateAndMaybeUpdateLeaderEpoch):
+        its state, read by the leader of `leader_epoch`; a newer epoch than the one recorded is
+        written (an update without batches), so that writes of older leaders are fenced."""
+        known = self.states.get(key)
+        if known is None:
+            raise KafkaError(E.INVALID_REQUEST, READ_UNINITIALIZED)
+        if known.leader_epoch > leader_epoch:
+            raise KafkaError(E.FENCED_LEADER_EPOCH)
+        self._check_partition(key)
+        if leader_epoch == NO_LEADER_EPOCH or leader_epoch == known.leader_epoch:
+            return CoordinatorResult(records=[], response=known)
+        epoch_only = WriteState(key, -1, leader_epoch, UNINITIALIZED_START_OFFSET, NO_DELIVERY_COMPLETE_COUNT, ())
+        return CoordinatorResult(records=self.write_state(epoch_only, now).records, response=known)
+
     # ----- reads --------------------------------------------------------------------------
     def read_state(self, key: ShareKey) -> ShareGroupOffset | None:
         return self.states.get(key)
+
+    def read_summary(self, key: ShareKey) -> ShareGroupOffset:
+        """ReadShareGroupStateSummary for one share-partition: Kafka's defaults (start offset and
+        delivery-complete count -1, epochs 0) when it has no state."""
+        self._check_partition(key)
+        return self.states.get(key) or ShareGroupOffset(state_epoch=0, leader_epoch=DEFAULT_LEADER_EPOCH)
 
 
 __all__ = ["UNINITIALIZED_START_OFFSET", "ShareCoordinatorShard", "WriteState"]
