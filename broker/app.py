@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from broker.share.dlq import DlqSettings
     from broker.share.manager import ShareGroupSettings, SharePartitionManager
     from broker.share.metrics import ShareMetricsCollector
+    from broker.share.persister import ShareStateRouter
     from broker.testing.faults import Faults
     from broker.testing.simulated import SimulatedCluster
 
@@ -179,6 +180,7 @@ class Broker:
 
             self.simulated = SimulatedCluster(self, count)
         self.cluster: ClusterMode | None = None  # one node of a cluster on etcd (etcd.endpoints); set in start()
+        self.share_state: ShareStateRouter | None = None  # share state on other nodes' share coordinators
         self.ports: list[int] = []
         self.listeners = build_listeners(config)  # checked and built before anything starts
         self.bound_ports: dict[str, int] = {}  # listener name -> bound port
@@ -399,9 +401,18 @@ class Broker:
             prune_before=lambda index, offset: log_for(index).delete_records_before(offset),
         )
         await self.share_coordinator.start(load=self.cluster is None)
+        persister: Any = self.share_coordinator
+        if self.cluster is not None:  # a share-partition's state may be coordinated by another node
+            from broker.coordinator.share.coordinator import coordinator_key
+            from broker.share.persister import ShareStateRouter
+
+            view = self.cluster.view
+            persister = self.share_state = ShareStateRouter(
+                self.node_id, self.share_coordinator, lambda key: view.coordinator(2, coordinator_key(key)),
+                self.cluster.node.clients)
         self.dead_letter_queue = DeadLetterQueue(BrokerDlqCluster(self), self._dlq_settings)
         self.share_manager = SharePartitionManager(
-            self.share_coordinator, self._share_partition, self.share_group_settings, AsyncioClock(),
+            persister, self._share_partition, self.share_group_settings, AsyncioClock(),
             max_sessions=int(self.config["group.share.max.share.sessions"]), dead_letters=self.dead_letter_queue.write)
         self.group_coordinator.delete_share_state = self._delete_share_state
         if self._share_metrics is None:  # registered once (a broker restarted in-process keeps its registry)
@@ -446,6 +457,13 @@ class Broker:
             self.share_manager.settings_changed(group_id)
 
     async def _delete_share_state(self, group_ids: list[str]) -> None:
+        if self.share_state is not None:  # the share coordinators of its keys may be other nodes
+            for group_id in group_ids:
+                keys = await self.group_coordinator.share_state_keys(group_id)
+                if keys:
+                    await self.share_state.delete_state(keys)
+                self.share_manager.drop_group(group_id)
+            return
         for group_id in group_ids:
             keys = await self.share_coordinator.group_keys(group_id)
             if keys:
@@ -679,6 +697,8 @@ class Broker:
         if self.group_coordinator is not None:
             # parked JoinGroup/SyncGroup answered NOT_COORDINATOR
             await step("group coordinator", self.group_coordinator.stop)
+        if self.share_state is not None:
+            await step("share state", self.share_state.close)
         if self.share_coordinator is not None:
             await step("share coordinator", self.share_coordinator.stop)
         await step("wake fetches", self.partitions.wake_all)  # long polls answer now with what they have
