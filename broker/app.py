@@ -33,7 +33,7 @@ from broker.log.reader import iter_records
 from broker.metadata import RESOURCE_CLIENT_METRICS, RESOURCE_GROUP, RESOURCE_TOPIC, MetadataStore, TopicInfo
 from broker.metadata.features import TRANSACTION_VERSION
 from broker.metadata.image import OFFSETS_TOPIC, SHARE_STATE_TOPIC, TRANSACTION_STATE_TOPIC
-from broker.metadata.quorum import start_new_epoch
+from broker.metadata.quorum import QuorumState, Replica, start_new_epoch
 from broker.network.server import KafkaServer
 from broker.observability.logger import get_logger
 from broker.observability.metrics import Metrics
@@ -595,6 +595,14 @@ class Broker:
             return self.cluster.controller_id()
         nodes = self.cluster_nodes(listener)
         return nodes[0][0] if nodes else -1
+
+    def metadata_quorum(self) -> QuorumState:
+        """The metadata log's quorum (DescribeQuorum): this node alone, or the cluster's controller."""
+        if self.cluster is not None:
+            return self.cluster.quorum(self.metadata_directory_id)
+        metadata_log = self.logs.get_log(METADATA_TOPIC, 0)
+        end = metadata_log.log_end_offset if metadata_log is not None else 0
+        return QuorumState(self.node_id, self.quorum_epoch, end, [Replica(self.node_id, self.metadata_directory_id, end)])
 
     def rack_of(self, node: int) -> str | None:
         if self.cluster is not None:

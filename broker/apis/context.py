@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from broker.coordinator.txn.state import TopicPartition
     from broker.log import LogConfig, LogManager
     from broker.metadata import MetadataStore, TopicInfo
+    from broker.metadata.quorum import QuorumState
     from broker.observability.metrics import Metrics
     from broker.observability.telemetry import ClientTelemetry
     from broker.partition import PartitionManager
@@ -91,6 +92,8 @@ class BrokerServices(Protocol):
     def cluster_size(self) -> int: ...
 
     def controller_id(self, listener: str | None = None) -> int: ...
+
+    def metadata_quorum(self) -> QuorumState: ...
 
     def rack_of(self, node: int) -> str | None: ...
 

@@ -15,6 +15,7 @@ from broker.cluster.publisher import MetadataPublisher
 from broker.cluster.view import ImageView
 from broker.metadata import MetadataImage, TopicInfo
 from broker.metadata.image import OFFSETS_TOPIC, SHARE_STATE_TOPIC, TRANSACTION_STATE_TOPIC
+from broker.metadata.quorum import QuorumState, Replica
 from broker.observability.logger import get_logger
 from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
@@ -129,6 +130,22 @@ class ClusterMode(LocalBroker):
     # the cluster as clients see it -------------------------------------------------------------
     def controller_id(self) -> int:
         return self.node.controller_id
+
+    def quorum(self, directory_id: uuid.UUID) -> QuorumState:
+        """The controller leads the metadata log (its epoch, the controller epoch); the other
+        registered brokers replay it (observers; what they have replayed is known here only for
+        this node)."""
+        image = self.image()
+        end = image.records
+        controller = self.node.controller_id
+        me = self.node_id
+
+        def replica(node: int) -> Replica:
+            return Replica(node, directory_id if node == me else uuid.UUID(int=0), end if node == me else -1)
+
+        voters = [replica(controller)] if controller >= 0 else []
+        observers = [replica(n) for n in sorted(image.brokers) if n != controller]
+        return QuorumState(controller, self.node.controller_epoch, end, voters, observers)
 
     def internal_replication(self, configured: int | None) -> int:
         """An internal topic's replication factor: as configured, else Kafka's default 3 at most
