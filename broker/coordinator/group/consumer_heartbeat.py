@@ -629,6 +629,7 @@ class ConsumerGroupManager:
             log.info("static member temporarily left the consumer group", group_id=group.group_id,
                      member_id=member.member_id, instance_id=request.instance_id)
             leaving = dataclasses.replace(member, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH, pending_revocation=EMPTY)
+            self.waits.member_gone(group.group_id, member.member_id)
             self.waits.group_changed(group.group_id)
             return CoordinatorResult(records=[leaving.current_assignment_record(group.group_id)],
                                      response=HB(member_id=member.member_id,

@@ -91,9 +91,6 @@ def wait_key(group_id: str, member_id: str) -> str:
     return "unreleased-wait-%s-%s" % (group_id, member_id)
 
 
-MAX_LOOKS_AT_ONCE = 8  # looks at one held heartbeat in the same millisecond before it is answered
-
-
 def wake_key(group_id: str, member_id: str) -> str:
     return "unreleased-wake-%s-%s" % (group_id, member_id)
 
@@ -130,15 +127,9 @@ class HeldHeartbeats(HeldBook[Waiting]):
         self.steady_ms = steady_ms
         self.interval_ms = interval_ms  # group.consumer.heartbeat.interval.ms
         self.quick_ms = min(QUICK_INTERVAL_MS, interval_ms)
-        # (group, member) -> (time, looks at that time): see MAX_LOOKS_AT_ONCE
-        self._looks: dict[tuple[str, str], tuple[int, int]] = {}
 
     def hold_key(self, group_id: str, member_id: str) -> str:
         return wait_key(group_id, member_id)
-
-    def release(self, group_id: str, member_id: str) -> None:
-        super().release(group_id, member_id)
-        self._looks.pop((group_id, member_id), None)
 
     def wake_key(self, group_id: str, member_id: str) -> str:
         return wake_key(group_id, member_id)
@@ -181,13 +172,7 @@ class HeldHeartbeats(HeldBook[Waiting]):
         waiting = self.waiting.get(group_id, {}).get(member_id)
         if waiting is None:
             return CoordinatorResult()
-        # Held members woken by each other's records could look again for ever at one instant
-        # (each look writing records that wake the other): past a few looks the heartbeat is
-        # answered, which is always correct (Kafka answers every heartbeat at once).
-        last_at, looks = self._looks.get((group_id, member_id), (now, 0))
-        looks = looks + 1 if last_at == now else 1
-        self._looks[(group_id, member_id)] = (now, looks)
-        final = final or looks > MAX_LOOKS_AT_ONCE
+        final = self.looked_too_often(group_id, member_id, now) or final
         group = self.m.consumer_group(group_id)
         member = group.members.get(member_id) if group is not None else None
         if member is None:

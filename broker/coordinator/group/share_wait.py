@@ -123,6 +123,7 @@ class HeldShareHeartbeats(HeldBook[Waiting]):
         if member is None:
             self.member_gone(group_id, member_id)
             return CoordinatorResult()
+        final = self.looked_too_often(group_id, member_id, now) or final
         again = REQ(group_id=group_id, member_id=member_id, member_epoch=member.member_epoch, rack_id=None,
                     subscribed_topic_names=None)
         try:
