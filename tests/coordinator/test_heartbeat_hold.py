@@ -42,16 +42,17 @@ def h() -> ShardHarness:
 
 
 def test_hold_lengths() -> None:
-    auto = GroupCoordinatorConfig()
+    auto = GroupCoordinatorConfig.from_values({"group.heartbeat.hold.ms": "-1"})
     assert (auto.classic_hold_ms(10000), auto.classic_hold_ms(45000)) == (3333, 5000)
     assert (auto.steady_hold_ms, auto.unreleased_wait_ms) == (4000, 2500)
     capped = GroupCoordinatorConfig(heartbeat_hold_ms=60000)
     assert (capped.classic_hold_ms(45000), capped.classic_hold_ms(300000), capped.steady_hold_ms) == (15000, 60000,
                                                                                                        4000)
-    off = GroupCoordinatorConfig.from_values({"group.heartbeat.hold.ms": "0"})
-    assert (off.classic_hold_ms(45000), off.steady_hold_ms, off.unreleased_wait_ms, off.initial_assignment_delay_ms) \
-        == (0, 0, 0, 0)
-    assert GroupCoordinatorConfig(consumer_heartbeat_interval_ms=1000).steady_hold_ms == 500
+    # off unless turned on, as Kafka answers every heartbeat at once (the initial delay stays)
+    for off in (GroupCoordinatorConfig(), GroupCoordinatorConfig.from_values({"group.heartbeat.hold.ms": "0"})):
+        assert (off.classic_hold_ms(45000), off.steady_hold_ms, off.unreleased_wait_ms) == (0, 0, 0)
+        assert off.initial_assignment_delay_ms == 200
+    assert GroupCoordinatorConfig(heartbeat_hold_ms=-1, consumer_heartbeat_interval_ms=1000).steady_hold_ms == 500
 
 
 def test_classic_heartbeat_is_answered_at_the_deadline_and_renews_the_session(h: ShardHarness) -> None:

@@ -1,8 +1,10 @@
 """The book of held heartbeats that KIP-848 and share groups share (consumer_wait.py, share_wait.py).
 
-A held heartbeat waits, per group and member, with a deadline timer (the hold key) and, once its
-group changed, a timer that looks at it again (the wake key); each kind of group says how it looks
-again (`wake`), what its timer keys are and what a member that is gone is answered.
+Heartbeats are held only when a user turns holds on (group.heartbeat.hold.ms; off by default, as
+Kafka answers every heartbeat at once). A held heartbeat waits, per group and member, with a
+deadline timer (the hold key) and, once its group changed, a timer that looks at it again (the
+wake key); each kind of group says how it looks again (`wake`), what its timer keys are and what
+a member that is gone is answered.
 """
 
 from __future__ import annotations
