@@ -74,6 +74,11 @@ class GroupCoordinatorConfig:
         """How long a new classic group waits for members before its first join completes."""
         return max(self.initial_rebalance_delay_ms, self.classic_min_initial_delay_ms)
 
+    @property
+    def holds_heartbeats(self) -> bool:
+        """Whether any heartbeat may be held (group.heartbeat.hold.ms, or a hold set directly)."""
+        return self.heartbeat_hold_ms != 0 or self.consumer_unreleased_wait_ms > 0 or self.consumer_steady_hold_ms > 0
+
     def _hold(self, cap: int) -> int:
         return cap if self.heartbeat_hold_ms < 0 else min(cap, self.heartbeat_hold_ms)
 
