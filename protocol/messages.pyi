@@ -7,6 +7,7 @@ from protocol.codecs import (
     CLASSES as CLASSES,
     CODECS as CODECS,
     DECODE_ERRORS as DECODE_ERRORS,
+    METADATA_RECORDS as METADATA_RECORDS,
     MessageBase as MessageBase,
     REQUESTS as REQUESTS,
     RESPONSES as RESPONSES,
