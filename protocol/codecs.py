@@ -72,6 +72,8 @@ def _keyed(type_: str) -> dict[int, str]:
 _REQUEST_NAMES = _keyed("request")
 _RESPONSE_NAMES = _keyed("response")
 _METADATA_NAMES = _keyed("metadata")
+# what metrics and logs call the APIs ("Produce" for key 0), without reading a definition
+API_NAMES: dict[int, str] = {key: name.removesuffix("Request") for key, name in _REQUEST_NAMES.items()}
 
 # by definition name: messages (ProduceRequest), headers, internal records (OffsetCommitKey)
 SPECS: Registry[str, MessageSpec] = Registry(
@@ -218,6 +220,7 @@ def is_flexible(api_key: int, version: int) -> bool:
 
 
 __all__ = [
+    "API_NAMES",
     "CLASSES",
     "CODECS",
     "DECODE_ERRORS",

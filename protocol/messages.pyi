@@ -4,6 +4,7 @@ import uuid
 from typing import Any
 
 from protocol.codecs import (
+    API_NAMES as API_NAMES,
     CLASSES as CLASSES,
     CODECS as CODECS,
     DECODE_ERRORS as DECODE_ERRORS,

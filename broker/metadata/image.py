@@ -21,7 +21,11 @@ from protocol.errors import ErrorCode, KafkaError
 from protocol.primitives import encode_uvarint, read_uvarint
 
 FRAME_VERSION = 1
-INTERNAL_TOPICS = frozenset(["__consumer_offsets", "__transaction_state", "__share_group_state"])
+# the coordinators' internal topics (Kafka's names)
+OFFSETS_TOPIC = "__consumer_offsets"
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+SHARE_STATE_TOPIC = "__share_group_state"
+INTERNAL_TOPICS = frozenset([OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, SHARE_STATE_TOPIC])
 MAX_TOPIC_NAME = 249
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
 
