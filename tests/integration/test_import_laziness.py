@@ -24,6 +24,8 @@ NOT_AT_START = [
     "broker.testing.interbroker",
     "broker.observability.telemetry.client",  # the first telemetry request
     "broker.observability.telemetry.otlp",
+    "structlog",  # an embedded broker logs through the logging module
+    "rich",
 ]
 # imported by a started broker (its handlers, its coordinators), never by `import broker.app`
 NOT_AT_IMPORT = [
@@ -37,8 +39,6 @@ NOT_AT_IMPORT = [
     "broker.security.authorizer",
     "broker.observability.telemetry",
     "broker.testing.faults",
-    "structlog",  # at the first line logged
-    "rich",
     "crc32c",  # at the first checksum
 ]
 
