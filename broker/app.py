@@ -1,4 +1,13 @@
-"""The broker: wires configuration, storage, metadata, partitions and the server together."""
+"""The broker: wires configuration, storage, metadata, partitions and the server together.
+
+Importing it imports the core every broker runs: storage, metadata, partitions, the group
+coordinator, the server. What only some brokers use is imported where it is started or first
+used: the transaction and share coordinators and the share-partition engine (at start), client
+telemetry (the first KIP-714 request), the authorizer (when `authorizer.class.name` is set), the
+HTTP endpoint and prometheus_client (when `metrics.port` is set, or metrics are first
+collected), the test kit's simulated and process clusters (when configured).
+tests/test_import_laziness.py keeps it so.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +17,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
-
-import structlog
+from typing import TYPE_CHECKING, Any
 
 from broker.apis import load_handlers
 from broker.apis.context import TxnVerifier
@@ -18,55 +25,44 @@ from broker.config import BrokerConfig, read_properties
 from broker.coordinator.group import GroupCoordinator, create_group_coordinator
 from broker.coordinator.group.group_config import GroupConfigs
 from broker.coordinator.log_writer import LogPartitionWriter, internal_topic_log_config
-from broker.coordinator.share import SHARE_STATE_TOPIC, ShareCoordinator, create_share_coordinator
 from broker.coordinator.timer import AsyncioClock
-from broker.coordinator.txn import (
-    TRANSACTION_STATE_TOPIC,
-    TransactionCoordinator,
-    TxnCompletion,
-    create_transaction_coordinator,
-)
-from broker.coordinator.txn.config import CONFIG_KEYS as TXN_CONFIG_KEYS
-from broker.coordinator.txn.markers import PartitionMarkerWriter
 from broker.gc_policy import collector_paused
 from broker.log import AppendOrigin, Log, LogCleaner, LogConfig, LogManager
 from broker.log.handles import OPEN_FILES, descriptor_limit
 from broker.log.reader import iter_records
 from broker.metadata import RESOURCE_CLIENT_METRICS, RESOURCE_GROUP, RESOURCE_TOPIC, MetadataStore, TopicInfo
 from broker.metadata.features import METADATA_VERSION, TRANSACTION_VERSION
+from broker.metadata.image import OFFSETS_TOPIC, SHARE_STATE_TOPIC, TRANSACTION_STATE_TOPIC
 from broker.metadata.quorum import start_new_epoch
-from broker.network.http import HttpEndpoint
 from broker.network.server import KafkaServer
+from broker.observability.logger import get_logger
 from broker.observability.metrics import Metrics
 from broker.observability.state_metrics import BrokerStateCollector
-from broker.observability.telemetry import ClientTelemetry
 from broker.partition import Partition, PartitionManager
 from broker.partition.log_dirs import LogDirMover
-from broker.security.authorizer import Authorizer
 from broker.security.listeners import build_listeners
 from broker.security.quotas import ClientQuotas
-from broker.share.dlq import BrokerDlqCluster, DeadLetterQueue, DlqSettings
-from broker.share.engine import ShareSettings
-from broker.share.manager import ShareGroupSettings, SharePartitionManager
-from broker.share.metrics import ShareMetricsCollector
-from broker.testing.faults import Faults
-from broker.testing.interbroker import NodeClient, ProcessMarkerWriter, RemoteTxnCoordinator
-from broker.testing.process_cluster import (
-    FOLLOW_INTERVAL_S,
-    FollowedMetadataLog,
-    FollowerMetadataStore,
-    controller_dir,
-    create_topic_on_controller,
-    follow_once,
-)
-from broker.testing.simulated import KEY_TYPE_TRANSACTION, SimulatedCluster
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import build_batch
 
-log = structlog.get_logger("broker")
+if TYPE_CHECKING:
+    from broker.coordinator.share import ShareCoordinator
+    from broker.coordinator.txn import TransactionCoordinator, TxnCompletion
+    from broker.coordinator.txn.markers import PartitionMarkerWriter
+    from broker.network.http import HttpEndpoint
+    from broker.observability.telemetry import ClientTelemetry
+    from broker.security.authorizer import Authorizer
+    from broker.share.dlq import DlqSettings
+    from broker.share.manager import ShareGroupSettings, SharePartitionManager
+    from broker.share.metrics import ShareMetricsCollector
+    from broker.testing.faults import Faults
+    from broker.testing.interbroker import NodeClient
+    from broker.testing.process_cluster import FollowerMetadataStore
+    from broker.testing.simulated import SimulatedCluster
+
+log = get_logger("broker")
 
 METADATA_TOPIC = "__cluster_metadata"
-OFFSETS_TOPIC = "__consumer_offsets"
 GROUP_CONFIG_KEYS = (
     "offsets.topic.num.partitions", "group.min.session.timeout.ms", "group.max.session.timeout.ms",
     "group.initial.rebalance.delay.ms", "group.max.size", "offset.metadata.max.bytes",
@@ -147,9 +143,7 @@ class Broker:
         self.node_id = config.node_id
         self.leader_epoch = 0
         self.metrics = Metrics()
-        self.telemetry = ClientTelemetry(self._client_metrics_subscriptions, lambda: int(self.clock() * 1000),
-                                         int(config["telemetry.max.bytes"]))
-        self.metrics.registry.register(self.telemetry.collector)
+        self._telemetry: ClientTelemetry | None = None  # made at first use: see `telemetry`
         self.cluster_id = ""
         self.default_log_config = LogConfig.from_broker_properties(config.raw)
         self.logs = LogManager(config.log_dirs, self.default_log_config, topic_config=self._topic_log_config,
@@ -169,19 +163,33 @@ class Broker:
         self.log_dir_mover = LogDirMover(self.logs, self.partitions)
         self.cleaner = LogCleaner()
         self.server = KafkaServer(self, int(config["socket.request.max.bytes"]), int(config["connections.max.idle.ms"]))
-        self.faults = faults if faults is not None else Faults()  # broker.testing's fault injection
+        if faults is None:  # broker.testing's fault injection, consulted by the server per request
+            from broker.testing.faults import Faults
+
+            faults = Faults()
+        self.faults = faults
         self.server.intercepts = self.faults.intercepts
         self.metrics.registry.register(self.faults)
         self.metrics.registry.register(BrokerStateCollector(self))
         self.http: HttpEndpoint | None = None  # /metrics and /faults on metrics.port
         count = int(config["simulated.brokers"])
-        self.simulated = SimulatedCluster(self, count) if count > 1 else None  # answering as N brokers
+        self.simulated: SimulatedCluster | None = None  # answering as N brokers
+        if count > 1:
+            from broker.testing.simulated import SimulatedCluster
+
+            self.simulated = SimulatedCluster(self, count)
         # one process per node of a simulated cluster (broker.testing.process_cluster): -1, or this one's k
         self.process_node = int(config["simulated.process.node"]) if self.simulated is not None else -1
         self.follower: FollowerMetadataStore | None = None  # the metadata of a node that is not the controller
         self.own_node = self.node_id + max(self.process_node, 0)  # the node this process serves
         self._node_clients: dict[int, NodeClient] = {}  # inter-broker requests to the sibling processes
         if self.process_node > 0:
+            from broker.testing.process_cluster import (
+                FollowedMetadataLog,
+                FollowerMetadataStore,
+                controller_dir,
+            )
+
             followed = FollowedMetadataLog(controller_dir(config), self.node_id)
             self.follower = FollowerMetadataStore(followed, self.node_id, self.node_id + self.process_node,
                                                   Path(config.log_dirs[0]))
@@ -194,6 +202,20 @@ class Broker:
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
         self._stopping = False
+
+    @property
+    def telemetry(self) -> ClientTelemetry:
+        """Client telemetry (KIP-714), made at the first telemetry request (or use of it): most
+        clients never push metrics, and a broker need not import what serves them until one does."""
+        telemetry = self._telemetry
+        if telemetry is None:
+            from broker.observability.telemetry import ClientTelemetry
+
+            telemetry = self._telemetry = ClientTelemetry(
+                self._client_metrics_subscriptions, lambda: int(self.clock() * 1000),
+                int(self.config["telemetry.max.bytes"]))
+            self.metrics.registry.register(telemetry.collector)
+        return telemetry
 
     # lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -218,7 +240,10 @@ class Broker:
         self.metadata.load()
         if self.follower is not None:
             await self._wait_for_controller()
-        self.authorizer = Authorizer.from_config(self.config, self.metadata.image)
+        if self.config["authorizer.class.name"]:  # None (everything allowed) unless one is configured
+            from broker.security.authorizer import Authorizer
+
+            self.authorizer = Authorizer.from_config(self.config, self.metadata.image)
         self.quotas = ClientQuotas.from_config(self.config, self.metadata.image)
         self.server.quotas = self.quotas
         self.metadata.bootstrap(self.config.static_min_insync_replicas)
@@ -244,6 +269,8 @@ class Broker:
             await self.ensure_share_state_topic()
         port = int(self.config["metrics.port"])
         if port >= 0:
+            from broker.network.http import HttpEndpoint
+
             self.http = HttpEndpoint(self)
             await self.http.start(self.config["metrics.host"], port)
         self._start_background()
@@ -284,6 +311,10 @@ class Broker:
     async def _start_transaction_coordinator(self) -> None:
         """The coordinator's logs are `__transaction_state-N` (compacted), registered in the
         metadata at the first FindCoordinator for a transactional id, as Kafka does."""
+        from broker.coordinator.txn import create_transaction_coordinator
+        from broker.coordinator.txn.config import CONFIG_KEYS as TXN_CONFIG_KEYS
+        from broker.coordinator.txn.markers import PartitionMarkerWriter
+
         values: dict[str, Any] = {key: self.config[key] for key in TXN_CONFIG_KEYS}
         values["transaction.state.log.num.partitions"] = self._internal_partitions(
             TRANSACTION_STATE_TOPIC, "transaction.state.log.num.partitions")
@@ -299,6 +330,8 @@ class Broker:
         """Markers go to the partitions' leaders: all here, unless sibling processes lead some."""
         if self.process_node < 0:
             return local
+        from broker.testing.interbroker import ProcessMarkerWriter
+
         return ProcessMarkerWriter(local, self.own_node, lambda topic, index: self.partition_layout(topic, index)[0],
                                    self.node_client)
 
@@ -306,6 +339,8 @@ class Broker:
         """Requests to a sibling process of a process cluster."""
         client = self._node_clients.get(node)
         if client is None:
+            from broker.testing.interbroker import NodeClient
+
             assert self.simulated is not None
             simulated = self.simulated
             client = NodeClient(lambda: simulated.address(node, None), "broker-%d" % self.own_node)
@@ -316,6 +351,9 @@ class Broker:
         """The transaction coordinator of `transactional_id` as a partition leader asks it: this
         broker's, or a sibling process's (a process cluster)."""
         if self.process_node >= 0 and self.simulated is not None:
+            from broker.testing.interbroker import RemoteTxnCoordinator
+            from broker.testing.simulated import KEY_TYPE_TRANSACTION
+
             node = self.simulated.coordinator(KEY_TYPE_TRANSACTION, transactional_id)
             if node >= 0 and node != self.own_node:
                 return RemoteTxnCoordinator(self.node_client(node))
@@ -358,6 +396,11 @@ class Broker:
     async def _start_share_groups(self) -> None:
         """The share coordinator (`__share_group_state-N`, registered in the metadata when the first
         share group appears, as Kafka creates it on first use) and the share-partition manager."""
+        from broker.coordinator.share import create_share_coordinator
+        from broker.share.dlq import BrokerDlqCluster, DeadLetterQueue
+        from broker.share.manager import SharePartitionManager
+        from broker.share.metrics import ShareMetricsCollector
+
         values = {key: self.config[key] for key in SHARE_COORDINATOR_KEYS}
         values["share.coordinator.state.topic.num.partitions"] = self._internal_partitions(
             SHARE_STATE_TOPIC, "share.coordinator.state.topic.num.partitions")
@@ -396,6 +439,8 @@ class Broker:
         return None if topic is None else self.partitions.get(topic.name, index)
 
     def _dlq_settings(self, group_id: str) -> DlqSettings:
+        from broker.share.dlq import DlqSettings
+
         s = self.group_configs.settings(group_id)
         return DlqSettings(s.dlq_topic_name, s.dlq_copy_record_enable,
                            str(self.config["errors.deadletterqueue.topic.name.prefix"] or ""),
@@ -404,6 +449,9 @@ class Broker:
 
     def share_group_settings(self, group_id: str) -> ShareGroupSettings:
         """A share group's settings: the broker's (group.share.*), under the group's configs."""
+        from broker.share.engine import ShareSettings
+        from broker.share.manager import ShareGroupSettings
+
         s = self.group_configs.settings(group_id)
         return ShareGroupSettings(
             engine=ShareSettings(
@@ -481,6 +529,8 @@ class Broker:
         idle_s = max(0.01, int(self.config["log.open.files.idle.ms"]) / 1000.0)
         self._tasks.append(loop.create_task(self._every(idle_s, OPEN_FILES.close_idle, False)))
         if self.follower is not None:
+            from broker.testing.process_cluster import FOLLOW_INTERVAL_S, follow_once
+
             follower = self.follower
             self._tasks.append(loop.create_task(self._every(FOLLOW_INTERVAL_S, lambda: follow_once(self, follower),
                                                             False)))
@@ -502,6 +552,8 @@ class Broker:
 
     async def _wait_for_controller(self, timeout_s: float = 60.0) -> None:
         """A follower starts once the controller has bootstrapped the metadata (its features)."""
+        from broker.testing.process_cluster import FOLLOW_INTERVAL_S
+
         assert self.follower is not None
         deadline = time.monotonic() + timeout_s
         while METADATA_VERSION not in self.follower.image.features:
@@ -727,6 +779,8 @@ class Broker:
                 raise KafkaError(ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
             return TopicInfo(name, uuid.UUID(int=0), partitions, dict(configs))
         if self.follower is not None:  # a process of a process cluster that is not the controller
+            from broker.testing.process_cluster import create_topic_on_controller
+
             return await create_topic_on_controller(self, name, partitions, configs, replication_factor)
         info = self.metadata.create_topic(name, partitions, configs,
                                           replicas=self._placement(name, replication_factor, assignments))

@@ -8,14 +8,13 @@ import os
 import signal
 import sys
 
-import structlog
-
 from broker.config import BrokerConfig, help_text
 from broker.gc_policy import CollectorPolicy
+from broker.observability.logger import get_logger
 from broker.security.errors import SecurityConfigError
 from broker.testing.faults import Faults, parse_fault_spec
 
-log = structlog.get_logger("broker")
+log = get_logger("broker")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

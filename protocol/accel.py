@@ -38,7 +38,10 @@ class MessageCodec(Protocol):
     definition and the classes generated for its structs."""
 
     spec: MessageSpec
-    classes: dict[str, type]
+
+    @property
+    def classes(self) -> dict[str, type]: ...
+
 
 Decoder = Callable[[Any, Any, int], tuple[Any, int]]
 Encoder = Callable[..., list[Any]]  # (obj, head=None) -> parts

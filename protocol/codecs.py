@@ -1,40 +1,111 @@
 """The codec registry behind protocol.messages: every definition in schemas/ compiled into
 classes and codecs, and the functions that pick them (use them through protocol.messages, whose
 stub tells the type checker the classes' fields).
+
+A definition's file is read, and its classes built, when it is first used (a lookup in a
+registry below, or its class named through protocol.messages): a process that serves a few APIs
+compiles a few dozen of the 178 definitions. The registries list every definition all the same
+(protocol/schema_index.py, generated from schemas/); iterating one builds all it holds. What a
+request pays is unchanged: the server keeps the decoder and encoder of each API version, and the
+functions below cache theirs.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
-from typing import Any
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, TypeVar
 
 from protocol import accel
 from protocol.codegen import MessageBase, MessageCodec
 from protocol.errors import ErrorCode, ProtocolError
-from protocol.schema import SCHEMA_DIR, MessageSpec, load_dir
+from protocol.schema import SCHEMA_DIR, MessageSpec, load_message
+from protocol.schema_index import DEFINITIONS
 
 _DECODE_ERRORS = (struct.error, IndexError, UnicodeDecodeError, ValueError, OverflowError, TypeError, RecursionError)
 # what a decoder from `decoder_of` may raise on malformed input (the C decoders: ProtocolError only)
 DECODE_ERRORS = (ProtocolError, *_DECODE_ERRORS)
 
-SPECS: dict[str, MessageSpec] = {**load_dir(SCHEMA_DIR / "messages"), **load_dir(SCHEMA_DIR / "records")}
-CODECS: dict[str, MessageCodec] = {name: MessageCodec(spec) for name, spec in SPECS.items()}
-REQUESTS: dict[int, MessageCodec] = {
-    c.spec.api_key: c for c in CODECS.values() if c.spec.type == "request" and c.spec.api_key is not None
-}
-RESPONSES: dict[int, MessageCodec] = {
-    c.spec.api_key: c for c in CODECS.values() if c.spec.type == "response" and c.spec.api_key is not None
-}
-_BY_CLASS: dict[type, MessageCodec] = {c.root_class: c for c in CODECS.values()}
-CLASSES: dict[str, type] = {name: c.root_class for name, c in CODECS.items()}
+K = TypeVar("K")
+V = TypeVar("V")
+_LOCK = threading.RLock()  # an entry is made once, whichever thread asks first
+
+
+class Registry(Mapping[K, V]):
+    """A fixed set of keys whose values are made on first lookup (then a dict hit)."""
+
+    def __init__(self, keys: Iterable[K], make: Callable[[K], V]) -> None:
+        self._keys = dict.fromkeys(keys)
+        self._made: dict[K, V] = {}
+        self._make = make
+
+    def __getitem__(self, key: K) -> V:
+        try:
+            return self._made[key]
+        except KeyError:
+            if key not in self._keys:
+                raise
+        with _LOCK:
+            value = self._made.get(key)
+            if value is None:
+                value = self._made[key] = self._make(key)
+        return value
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._keys
+
+    def __iter__(self) -> Iterator[K]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __repr__(self) -> str:
+        return "<Registry of %d, %d made>" % (len(self._keys), len(self._made))
+
+
+def _keyed(type_: str) -> dict[int, str]:
+    return {key: name for name, (_, t, key) in DEFINITIONS.items() if t == type_ and key is not None}
+
+
+_REQUEST_NAMES = _keyed("request")
+_RESPONSE_NAMES = _keyed("response")
+_METADATA_NAMES = _keyed("metadata")
+# what metrics and logs call the APIs ("Produce" for key 0), without reading a definition
+API_NAMES: dict[int, str] = {key: name.removesuffix("Request") for key, name in _REQUEST_NAMES.items()}
+
+# by definition name: messages (ProduceRequest), headers, internal records (OffsetCommitKey)
+SPECS: Registry[str, MessageSpec] = Registry(
+    DEFINITIONS, lambda name: load_message(SCHEMA_DIR / DEFINITIONS[name][0] / (name + ".json"))
+)
+CODECS: Registry[str, MessageCodec] = Registry(DEFINITIONS, lambda name: MessageCodec(SPECS[name]))
+CLASSES: Registry[str, type] = Registry(DEFINITIONS, lambda name: CODECS[name].root_class)
+# by API key
+REQUESTS: Registry[int, MessageCodec] = Registry(_REQUEST_NAMES, lambda key: CODECS[_REQUEST_NAMES[key]])
+RESPONSES: Registry[int, MessageCodec] = Registry(_RESPONSE_NAMES, lambda key: CODECS[_RESPONSE_NAMES[key]])
+# KRaft metadata records by record type
+METADATA_RECORDS: Registry[int, MessageCodec] = Registry(_METADATA_NAMES, lambda key: CODECS[_METADATA_NAMES[key]])
+
+_BY_CLASS: dict[type, MessageCodec] = {}  # codecs by root class, as their classes are met
+
+
+def _codec_of_class(cls: type) -> MessageCodec | None:
+    codec = _BY_CLASS.get(cls)
+    if codec is None:
+        # a root class is named after its definition, and exists once its codec has built it
+        codec = CODECS.get(cls.__name__)
+        if codec is None or codec.root_class is not cls:
+            return None
+        _BY_CLASS[cls] = codec
+    return codec
 
 
 def codec_of(message: Any) -> MessageCodec:
-    try:
-        return _BY_CLASS[type(message)]
-    except KeyError:
-        raise TypeError("%r is not a top-level message" % type(message).__name__) from None
+    codec = _codec_of_class(type(message))
+    if codec is None:
+        raise TypeError("%r is not a top-level message" % type(message).__name__)
+    return codec
 
 
 _DECODERS: dict[tuple[str, int, bool], Any] = {}
@@ -99,7 +170,9 @@ def decode_response(api_key: int, version: int, data: Any) -> Any:
 
 def decode(name: str | type, version: int, data: Any) -> Any:
     """Decode any definition (message, header or internal record) by name or class."""
-    codec = CODECS[name] if isinstance(name, str) else _BY_CLASS[name]
+    codec = CODECS[name] if isinstance(name, str) else _codec_of_class(name)
+    if codec is None:
+        raise KeyError(name)
     return _decode(codec, version, data)
 
 
@@ -107,7 +180,7 @@ _ENCODERS: dict[tuple[type, int, bool], Any] = {}
 
 
 def _encoder(message_type: type, version: int) -> Any:
-    codec = _BY_CLASS.get(message_type)
+    codec = _codec_of_class(message_type)
     if codec is None:
         raise TypeError("%r is not a top-level message" % message_type.__name__)
     if version not in codec.spec.valid_versions:
@@ -147,9 +220,11 @@ def is_flexible(api_key: int, version: int) -> bool:
 
 
 __all__ = [
+    "API_NAMES",
     "CLASSES",
     "CODECS",
     "DECODE_ERRORS",
+    "METADATA_RECORDS",
     "REQUESTS",
     "RESPONSES",
     "SPECS",

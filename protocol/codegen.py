@@ -15,6 +15,7 @@ is the fallback and the reference they must equal.
 from __future__ import annotations
 
 import struct
+import threading
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -38,6 +39,12 @@ _FIXED = {
 
 _MISSING = object()
 _SIZE = struct.Struct(">i")
+# One definition's classes are built once, whichever thread asks first (an embedded broker's
+# thread and its test's may both use the codecs): never two classes for one message.
+_BUILD_LOCK = threading.Lock()
+# unpackers of int32/int64 arrays by length, shared by every codec's generated code
+_ARRAY32 = tuple(struct.Struct(">%di" % n) for n in range(64))
+_ARRAY64 = tuple(struct.Struct(">%dq" % n) for n in range(64))
 
 
 _ZERO16 = bytes(16)
@@ -75,8 +82,8 @@ class _Namespace(dict):  # type: ignore[type-arg]
             _uuid=_uuid_from_bytes,
             _UUID0=P.ZERO_UUID,
             _new=object.__new__,
-            _A32=tuple(struct.Struct(">%di" % n) for n in range(64)),
-            _A64=tuple(struct.Struct(">%dq" % n) for n in range(64)),
+            _A32=_ARRAY32,
+            _A64=_ARRAY64,
             _R16=struct.Struct("16s").unpack_from,
             _I16=P.INT16.unpack_from,
             _I32=P.INT32.unpack_from,
@@ -143,21 +150,37 @@ def _default_expr(ns: _Namespace, f: FieldSpec, classes: dict[str, type]) -> str
 
 
 class MessageCodec:
-    """Classes and lazily generated per-version codecs of one message definition."""
+    """Classes and per-version codecs of one message definition, each made when first asked for
+    (then a plain attribute or a cache hit): a codec whose definition is only read (versions,
+    field list) compiles nothing."""
 
     def __init__(self, spec: MessageSpec) -> None:
         self.spec = spec
         self.ns = _Namespace()
-        self.classes: dict[str, type] = {}
+        self._classes: dict[str, type] | None = None
         self._decoders: dict[int, Callable[..., Any]] = {}
         self._fast_decoders: dict[int, Callable[..., Any]] = {}
         self._encoders: dict[int, Callable[..., Any]] = {}
         self._fast_encoders: dict[int, Callable[..., list[Any]]] = {}
-        self._build_classes()
-        self.root_class = self.classes[spec.root.name]
 
     # ----- classes -------------------------------------------------------------------------
-    def _build_classes(self) -> None:
+    @property
+    def classes(self) -> dict[str, type]:
+        """The definition's classes by struct name, the root's among them."""
+        classes = self._classes
+        if classes is None:
+            with _BUILD_LOCK:
+                if self._classes is None:
+                    self._classes = self._build_classes()
+                classes = self._classes
+        return classes
+
+    @property
+    def root_class(self) -> type:
+        return self.classes[self.spec.root.name]
+
+    def _build_classes(self) -> dict[str, type]:
+        classes: dict[str, type] = {}
         structs = [*self.spec.structs.values(), self.spec.root]
         # children first so default constructors can refer to them
         order: list[StructSpec] = []
@@ -175,14 +198,15 @@ class MessageCodec:
         for s in structs:
             visit(s)
         for s in order:
-            self.classes[s.name] = self._make_class(s)
-        root = self.classes[self.spec.root.name]
-        for name, cls in self.classes.items():
+            classes[s.name] = self._make_class(s, classes)
+        root = classes[self.spec.root.name]
+        for name, cls in classes.items():
             if cls is not root:
                 setattr(root, name, cls)
                 cls.__qualname__ = "%s.%s" % (root.__name__, name)
+        return classes
 
-    def _make_class(self, s: StructSpec) -> type:
+    def _make_class(self, s: StructSpec, classes: dict[str, type]) -> type:
         ns = self.ns
         attrs = [f.attr for f in s.fields]
         params = []
@@ -192,10 +216,10 @@ class MessageCodec:
             if mutable:
                 params.append("%s=_M" % f.attr)
                 body.append(
-                    "    self.%s = %s if %s is _M else %s" % (f.attr, _default_expr(ns, f, self.classes), f.attr, f.attr)
+                    "    self.%s = %s if %s is _M else %s" % (f.attr, _default_expr(ns, f, classes), f.attr, f.attr)
                 )
             else:
-                params.append("%s=%s" % (f.attr, _default_expr(ns, f, self.classes)))
+                params.append("%s=%s" % (f.attr, _default_expr(ns, f, classes)))
                 body.append("    self.%s = %s" % (f.attr, f.attr))
         src = ["def __init__(self, %s):" % ", ".join(params) if params else "def __init__(self):"]
         src += body or ["    pass"]

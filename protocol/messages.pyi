@@ -4,9 +4,11 @@ import uuid
 from typing import Any
 
 from protocol.codecs import (
+    API_NAMES as API_NAMES,
     CLASSES as CLASSES,
     CODECS as CODECS,
     DECODE_ERRORS as DECODE_ERRORS,
+    METADATA_RECORDS as METADATA_RECORDS,
     MessageBase as MessageBase,
     REQUESTS as REQUESTS,
     RESPONSES as RESPONSES,

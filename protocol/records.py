@@ -31,9 +31,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final, NamedTuple, Protocol
 
-import crc32c
-
-from protocol import accel
+from protocol import accel, checksum
 from protocol.compression import DEFAULT_MAX_DECOMPRESSED_SIZE, compress, decompress
 from protocol.errors import ErrorCode, KafkaError, ProtocolError
 
@@ -178,7 +176,7 @@ def validate_batch(buf: Buffer, pos: int = 0) -> BatchHeader:
     end = pos + header.batch_length + LOG_OVERHEAD
     if end > len(buf):
         raise ProtocolError(f"record batch at {pos} needs {header.size} bytes, {len(buf) - pos} present")
-    crc = crc32c.crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET : end])
+    crc = checksum.crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET : end])
     if crc != header.crc:
         raise ProtocolError(f"record batch CRC mismatch (stored {header.crc:#010x}, computed {crc:#010x})")
     if header.attributes & COMPRESSION_CODEC_MASK > MAX_CODEC:
@@ -268,7 +266,7 @@ def rewrite_crc(buf: WritableBuffer, pos: int) -> None:
     end = pos + LOG_OVERHEAD + length
     if length < MIN_BATCH_LENGTH or end > len(buf):
         raise ProtocolError(f"record batch at {pos} with length {length} does not fit the buffer")
-    _UINT32.pack_into(buf, pos + CRC_OFFSET, crc32c.crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET : end]))
+    _UINT32.pack_into(buf, pos + CRC_OFFSET, checksum.crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET : end]))
 
 
 # -- records ------------------------------------------------------------------------------------
@@ -597,7 +595,7 @@ def build_batch(
         base_offset, len(batch) - LOG_OVERHEAD, partition_leader_epoch, MAGIC_V2, 0, attributes,
         last_delta, base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence, count,
     )  # fmt: skip
-    _UINT32.pack_into(batch, CRC_OFFSET, crc32c.crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:]))
+    _UINT32.pack_into(batch, CRC_OFFSET, checksum.crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:]))
     return bytes(batch)
 
 

@@ -11,6 +11,7 @@ import json
 import re
 import uuid
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,10 @@ class Versions:
         return self.lo > self.hi
 
 
+_versions = cache(Versions.parse)  # the loader's: the few distinct ranges recur in every definition
+
+
+@cache  # field names recur across definitions
 def snake_case(name: str) -> str:
     """Kafka field names (CamelCase) to Python attribute names: `TopicId` -> `topic_id`."""
     s = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", name)
@@ -143,29 +148,29 @@ def load_message(path: Path) -> MessageSpec:
     data = json.loads(path.read_text())
     structs: dict[str, StructSpec] = {}
     for common in data.get("commonStructs", []):
-        structs[common["name"]] = StructSpec(common["name"], Versions.parse(common.get("versions", "0+")))
+        structs[common["name"]] = StructSpec(common["name"], _versions(common.get("versions", "0+")))
     pending: list[tuple[StructSpec, list[dict[str, Any]]]] = [
         (structs[c["name"]], c["fields"]) for c in data.get("commonStructs", [])
     ]
-    root = StructSpec(data["name"], Versions.parse(data["validVersions"]))
+    root = StructSpec(data["name"], _versions(data["validVersions"]))
     pending.append((root, data["fields"]))
     while pending:
         struct, raw_fields = pending.pop()
         for raw in raw_fields:
             ftype = raw["type"]
             elem = ftype[2:] if ftype.startswith("[]") else ftype
-            nullable = Versions.parse(raw.get("nullableVersions"))
+            nullable = _versions(raw.get("nullableVersions"))
             spec = FieldSpec(
                 name=raw["name"],
                 attr=snake_case(raw["name"]),
                 type=ftype,
-                versions=Versions.parse(raw.get("versions", raw.get("taggedVersions"))),
+                versions=_versions(raw.get("versions", raw.get("taggedVersions"))),
                 nullable=nullable,
-                tagged=Versions.parse(raw.get("taggedVersions")),
+                tagged=_versions(raw.get("taggedVersions")),
                 tag=raw.get("tag"),
                 default=_default_value(ftype, raw.get("default"), not nullable.empty),
                 ignorable=bool(raw.get("ignorable", False)),
-                flexible=Versions.parse(raw["flexibleVersions"]) if "flexibleVersions" in raw else None,
+                flexible=_versions(raw["flexibleVersions"]) if "flexibleVersions" in raw else None,
             )
             # structs defined inline; common structs are resolved below, once every struct is known
             if elem not in PRIMITIVES and "fields" in raw:
@@ -181,8 +186,8 @@ def load_message(path: Path) -> MessageSpec:
         name=data["name"],
         type=data["type"],
         api_key=data.get("apiKey"),
-        valid_versions=Versions.parse(data["validVersions"]),
-        flexible_versions=Versions.parse(data.get("flexibleVersions", "none")),
+        valid_versions=_versions(data["validVersions"]),
+        flexible_versions=_versions(data.get("flexibleVersions", "none")),
         root=root,
         structs=structs,
     )

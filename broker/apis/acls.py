@@ -15,10 +15,9 @@ from __future__ import annotations
 import uuid
 from enum import IntEnum
 
-import structlog
-
 from broker.apis.context import RequestContext
 from broker.apis.registry import api
+from broker.observability.logger import get_logger
 from broker.security.acl import CLUSTER_NAME, AclOperation, PatternType, PermissionType, ResourceType
 from broker.security.authorizer import Acl
 from broker.security.authz import Op, authorize_cluster
@@ -26,7 +25,7 @@ from broker.security.principal import parse_principal
 from protocol import messages as M
 from protocol.errors import ErrorCode
 
-log = structlog.get_logger("broker.acls")
+log = get_logger("broker.acls")
 MAX_RECORDS_PER_USER_OP = 10_000  # QuorumController's bound on the records of one request
 
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 
-import structlog
-
 from broker.apis.context import BrokerServices, RequestContext
 from broker.apis.metadata import cluster_authorized_operations
 from broker.apis.registry import api
 from broker.metadata import validate_topic_name
+from broker.observability.logger import get_logger
 from broker.partition import Partition
 from broker.security.authz import Op, Res, authorize, authorize_cluster, listener_of
 from protocol import messages as M
@@ -22,7 +21,7 @@ LONG_MAX = (1 << 63) - 1
 CLUSTER_METADATA_TOPIC = "__cluster_metadata"  # the metadata log lives in a log dir but is not a topic
 
 DC = M.DescribeClusterResponse
-log = structlog.get_logger("broker.cluster")
+log = get_logger("broker.cluster")
 
 
 @api(60)

@@ -63,7 +63,9 @@ class BrokerServices(Protocol):
     authorizer: Authorizer | None  # None: every operation is allowed
     quotas: ClientQuotas | None
     metrics: Metrics
-    telemetry: ClientTelemetry
+
+    @property
+    def telemetry(self) -> ClientTelemetry: ...  # made at the first telemetry request
 
     # set once the broker has started them (the handlers answer COORDINATOR_NOT_AVAILABLE before)
     @property

@@ -15,10 +15,9 @@ import time
 import uuid
 from collections.abc import Callable
 
-import structlog
-
 from broker.apis.context import RequestContext
 from broker.apis.registry import api
+from broker.observability.logger import get_logger
 from broker.partition import READ_COMMITTED, Partition
 from broker.security.authz import Op, Res, authorize, authorize_cluster
 from broker.security.quotas import Entity, throttle
@@ -27,7 +26,7 @@ from protocol.errors import ErrorCode, KafkaError
 
 R = M.FetchResponse
 Q = M.FetchRequest
-log = structlog.get_logger("broker.fetch")
+log = get_logger("broker.fetch")
 
 
 def _check_leader_epoch(partition: Partition, current_leader_epoch: int) -> ErrorCode | None:

@@ -6,13 +6,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 
-import structlog
-
 from broker.apis.context import RequestContext
 from broker.apis.registry import api
 from broker.apis.txn import verify_transactional_produce
 from broker.log.log import Buffer
 from broker.log.validation import RecordValidationError
+from broker.observability.logger import get_logger
 from broker.partition import Partition
 from broker.security.authz import Op, Res, authorize
 from broker.security.quotas import ClientQuotas, throttle
@@ -29,7 +28,7 @@ from protocol.records import (
 )
 
 R = M.ProduceResponse
-log = structlog.get_logger("broker.produce")
+log = get_logger("broker.produce")
 
 
 def _partition_error(index: int, code: ErrorCode, message: str | None = None) -> R.PartitionProduceResponse:

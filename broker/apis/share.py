@@ -21,12 +21,11 @@ import asyncio
 import uuid
 from collections.abc import Callable, Iterable
 
-import structlog
-
 from broker.apis.context import RequestContext
 from broker.apis.group import coordinator_of, release_on_next_request, request_info
 from broker.apis.registry import api
 from broker.metadata import features
+from broker.observability.logger import get_logger
 from broker.security.acl import AUTHORIZATION_MESSAGES
 from broker.security.authz import Op, Res, authorize, authorized_operations, filter_authorized
 from broker.security.quotas import Entity, throttle
@@ -36,7 +35,7 @@ from broker.share.session import FINAL_EPOCH, INITIAL_EPOCH, TopicIdPartition
 from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
 
-log = structlog.get_logger("broker.share")
+log = get_logger("broker.share")
 
 E = ErrorCode
 F = M.ShareFetchResponse

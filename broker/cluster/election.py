@@ -28,8 +28,6 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-import structlog
-
 from broker.cluster.etcd import (
     Compare,
     DeleteRange,
@@ -44,8 +42,9 @@ from broker.cluster.etcd import (
     resumable_watch,
 )
 from broker.cluster.keys import DEFAULT_ROOT, ClusterKeys, Leadership, root_cluster_id_key
+from broker.observability.logger import get_logger
 
-log = structlog.get_logger("broker.cluster")
+log = get_logger("broker.cluster")
 
 DEFAULT_LEASE_TIMEOUT_MS = 3000  # `etcd.lease.timeout.ms`: a dead controller is replaced within it
 RETRY_DELAY_S = 0.2

@@ -19,13 +19,12 @@ import struct
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 
-import crc32c
-
 from broker.coordinator.result import LoggedItem, Record, TransactionalRecord, TxnMarker
 from broker.log import AppendOrigin, Log, LogConfig
 from broker.log.group_commit import GroupCommit
 from broker.log.reader import iter_batch_keys_values
 from broker.partition import Partition
+from protocol import checksum
 from protocol.primitives import encode_varint
 from protocol.records import (
     ATTRIBUTES_OFFSET,
@@ -76,7 +75,7 @@ def build_coordinator_batch(records: Sequence[Record], now_ms: int | None = None
     last_delta, length = len(records) - 1, len(batch) - LOG_OVERHEAD
     _BATCH_HEADER.pack_into(batch, 0, 0, length, NO_PARTITION_LEADER_EPOCH, MAGIC_V2, 0, attributes, last_delta,
                             now_ms, now_ms, producer_id, epoch, NO_SEQUENCE, len(records))
-    crc = crc32c.crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:])
+    crc = checksum.crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:])
     _UINT32.pack_into(batch, CRC_OFFSET, crc)
     return batch, BatchHeader(0, length, NO_PARTITION_LEADER_EPOCH, MAGIC_V2, crc, attributes, last_delta, now_ms,
                               now_ms, producer_id, epoch, NO_SEQUENCE, len(records))

@@ -35,8 +35,6 @@ from collections import defaultdict, deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
-import structlog
-
 from broker.coordinator.result import (
     CoordinatorResult,
     Deferred,
@@ -47,9 +45,10 @@ from broker.coordinator.result import (
 )
 from broker.coordinator.timer import Clock, CoordinatorTimer, Op, Timer
 from broker.gc_policy import collector_paused
+from broker.observability.logger import get_logger
 from protocol.errors import ErrorCode, KafkaError
 
-log = structlog.get_logger("broker.coordinator")
+log = get_logger("broker.coordinator")
 
 _INT32_MIN = -(2**31)
 _PARTITION_CACHE_SIZE = 8192

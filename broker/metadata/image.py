@@ -21,7 +21,11 @@ from protocol.errors import ErrorCode, KafkaError
 from protocol.primitives import encode_uvarint, read_uvarint
 
 FRAME_VERSION = 1
-INTERNAL_TOPICS = frozenset(["__consumer_offsets", "__transaction_state", "__share_group_state"])
+# the coordinators' internal topics (Kafka's names)
+OFFSETS_TOPIC = "__consumer_offsets"
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+SHARE_STATE_TOPIC = "__share_group_state"
+INTERNAL_TOPICS = frozenset([OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, SHARE_STATE_TOPIC])
 MAX_TOPIC_NAME = 249
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
 
@@ -33,14 +37,16 @@ MIN_INSYNC_REPLICAS = "min.insync.replicas"
 PRODUCER_ID_BLOCK = 1000
 NO_LEADER_CHANGE = -2  # PartitionChangeRecord's leader when it does not change
 
-_SECURITY_RECORDS = (M.AccessControlEntryRecord, M.RemoveAccessControlEntryRecord, M.UserScramCredentialRecord,
-                     M.RemoveUserScramCredentialRecord, M.ClientQuotaRecord)
+# by name: a type's class is built when the first record of the type is met (most clusters have
+# no security records, and a broker that only reads its metadata builds few)
+_SECURITY_RECORDS = frozenset(["AccessControlEntryRecord", "RemoveAccessControlEntryRecord", "UserScramCredentialRecord",
+                               "RemoveUserScramCredentialRecord", "ClientQuotaRecord"])
 # the record types `MetadataImage.replay` applies; decode_record skips every other type the log may
 # hold (broker registrations and fencing, NoOp, KRaft's metadata transactions, delegation tokens,
 # ...) without decoding it, so a version of one newer than our definition cannot stop a replay
-REPLAYED: tuple[type, ...] = (M.TopicRecord, M.PartitionRecord, M.PartitionChangeRecord, M.RemoveTopicRecord,
-                              M.ConfigRecord, M.ProducerIdsRecord, M.FeatureLevelRecord, *_SECURITY_RECORDS)
-_RECORD_CLASSES = {M.CODECS[cls.__name__].spec.api_key: cls for cls in REPLAYED}
+REPLAYED = frozenset(["TopicRecord", "PartitionRecord", "PartitionChangeRecord", "RemoveTopicRecord", "ConfigRecord",
+                      "ProducerIdsRecord", "FeatureLevelRecord", *_SECURITY_RECORDS])
+_RECORD_CLASSES: dict[int, type] = {}  # the replayed types' classes by record type, as records of each are met
 
 
 def encode_record(record: Any, version: int = 0) -> bytes:
@@ -56,7 +62,10 @@ def decode_record(data: bytes) -> Any:
     version, pos = read_uvarint(data, pos)
     cls = _RECORD_CLASSES.get(api_key)
     if cls is None:
-        return None  # a record type the image does not replay: skipped (it still takes an offset)
+        codec = M.METADATA_RECORDS.get(api_key)
+        if codec is None or codec.spec.name not in REPLAYED:
+            return None  # a record type the image does not replay: skipped (it still takes an offset)
+        cls = _RECORD_CLASSES[api_key] = codec.root_class
     return M.decode(cls, version, memoryview(data)[pos:])
 
 
@@ -167,7 +176,7 @@ class MetadataImage:
                     del self.resource_configs[record.resource_type][record.resource_name]
         elif isinstance(record, M.ProducerIdsRecord):
             self.next_producer_id = max(self.next_producer_id, record.next_producer_id)
-        elif isinstance(record, _SECURITY_RECORDS):
+        elif type(record).__name__ in _SECURITY_RECORDS:
             self._replay_security(record)
         elif isinstance(record, M.FeatureLevelRecord):
             # as Kafka: a kraft.version record is skipped (the quorum owns that level), 0 removes

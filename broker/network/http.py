@@ -17,10 +17,11 @@ import asyncio
 import json
 from typing import Any
 
-import structlog
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-log = structlog.get_logger("broker.http")
+from broker.observability.logger import get_logger
+
+log = get_logger("broker.http")
 
 MAX_HEAD = 64 * 1024
 MAX_BODY = 1024 * 1024

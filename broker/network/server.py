@@ -30,24 +30,26 @@ import struct
 import sys
 import time
 from collections.abc import Callable, Coroutine, Generator
-from typing import Any
-
-import structlog
+from typing import TYPE_CHECKING, Any
 
 from broker.apis import APIS, Api, BrokerServices, Intercept, RequestContext, error_response
 from broker.log.handles import OPEN_FILES, descriptor_limit
 from broker.log.segment import FileSlice
+from broker.observability.logger import get_logger
 from broker.observability.metrics import ApiStats
 from broker.security.connection import TlsAcceptor, new_authenticator, tls_principal
 from broker.security.listeners import Listener
 from broker.security.principal import ANONYMOUS
 from broker.security.quotas import ClientQuotas
-from broker.security.sasl.authenticator import Action, Outcome, SaslAuthenticator
+from broker.security.sasl.outcome import Action, Outcome
 from protocol import frames
 from protocol.errors import ErrorCode, KafkaError, ProtocolError
 from protocol.messages import DECODE_ERRORS, RESPONSES, encode_frame, encoder_of, request_decoder
 
-log = structlog.get_logger("broker.network.server")
+if TYPE_CHECKING:
+    from broker.security.sasl.authenticator import SaslAuthenticator
+
+log = get_logger("broker.network.server")
 
 # Reading pauses while a connection has more than this queued (frames or bytes): reading ahead
 # of a busy worker gains nothing, and the receive buffers of frames that were handled go back to

@@ -16,17 +16,15 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
+from broker.observability.metrics import counter, gauge
 
-
-def _gauge(name: str, doc: str, labels: list[str] | None = None) -> GaugeMetricFamily:
-    return GaugeMetricFamily(name, doc, labels=labels)
+if TYPE_CHECKING:
+    from prometheus_client.core import Metric
 
 
-class BrokerStateCollector(Collector):
+class BrokerStateCollector:
     def __init__(self, broker: Any) -> None:
         self.broker = broker
 
@@ -38,31 +36,31 @@ class BrokerStateCollector(Collector):
         yield from self._topics(broker)
         yield from self._groups(broker)
         yield from self._coordinators(broker)
-        yield GaugeMetricFamily("kafka_connections", "Open client connections", value=len(broker.server.connections))
+        yield gauge("kafka_connections", "Open client connections", value=len(broker.server.connections))
 
     @staticmethod
     def _cluster(broker: Any) -> Iterator[Metric]:
         nodes = broker.cluster_nodes()
-        yield GaugeMetricFamily("kafka_brokers", "Number of Brokers in the Kafka Cluster.", value=len(nodes))
-        info = _gauge("kafka_broker_info", "Information about the Kafka Broker.", ["address", "id"])
+        yield gauge("kafka_brokers", "Number of Brokers in the Kafka Cluster.", value=len(nodes))
+        info = gauge("kafka_broker_info", "Information about the Kafka Broker.", ["address", "id"])
         for node_id, host, port in nodes:
             info.add_metric(["%s:%d" % (host, port), str(node_id)], node_id)
         yield info
 
     @staticmethod
     def _topics(broker: Any) -> Iterator[Metric]:
-        partitions = _gauge("kafka_topic_partitions", "Number of partitions for this Topic", ["topic"])
+        partitions = gauge("kafka_topic_partitions", "Number of partitions for this Topic", ["topic"])
         labels = ["topic", "partition"]
-        current = _gauge("kafka_topic_partition_current_offset", "Current Offset of a Broker at Topic/Partition",
+        current = gauge("kafka_topic_partition_current_offset", "Current Offset of a Broker at Topic/Partition",
                          labels)
-        oldest = _gauge("kafka_topic_partition_oldest_offset", "Oldest Offset of a Broker at Topic/Partition", labels)
-        leader = _gauge("kafka_topic_partition_leader", "Leader Broker ID of this Topic/Partition", labels)
-        replicas = _gauge("kafka_topic_partition_replicas", "Number of Replicas for this Topic/Partition", labels)
-        isr = _gauge("kafka_topic_partition_in_sync_replica", "Number of In-Sync Replicas for this Topic/Partition",
+        oldest = gauge("kafka_topic_partition_oldest_offset", "Oldest Offset of a Broker at Topic/Partition", labels)
+        leader = gauge("kafka_topic_partition_leader", "Leader Broker ID of this Topic/Partition", labels)
+        replicas = gauge("kafka_topic_partition_replicas", "Number of Replicas for this Topic/Partition", labels)
+        isr = gauge("kafka_topic_partition_in_sync_replica", "Number of In-Sync Replicas for this Topic/Partition",
                      labels)
-        preferred = _gauge("kafka_topic_partition_leader_is_preferred",
+        preferred = gauge("kafka_topic_partition_leader_is_preferred",
                            "1 if Topic/Partition is using the Preferred Broker", labels)
-        under = _gauge("kafka_topic_partition_under_replicated_partition",
+        under = gauge("kafka_topic_partition_under_replicated_partition",
                        "1 if Topic/Partition is under Replicated", labels)
         for name, info in sorted(broker.metadata.topics.items()):
             partitions.add_metric([name], info.partitions)
@@ -87,15 +85,15 @@ class BrokerStateCollector(Collector):
         if coordinator is None:
             return
         labels = ["consumergroup", "topic", "partition"]
-        current = _gauge("kafka_consumergroup_current_offset", "Current Offset of a ConsumerGroup at Topic/Partition",
+        current = gauge("kafka_consumergroup_current_offset", "Current Offset of a ConsumerGroup at Topic/Partition",
                          labels)
-        lag = _gauge("kafka_consumergroup_lag", "Current Approximate Lag of a ConsumerGroup at Topic/Partition", labels)
-        current_sum = _gauge("kafka_consumergroup_current_offset_sum",
+        lag = gauge("kafka_consumergroup_lag", "Current Approximate Lag of a ConsumerGroup at Topic/Partition", labels)
+        current_sum = gauge("kafka_consumergroup_current_offset_sum",
                              "Current Offset of a ConsumerGroup at Topic for all partitions", ["consumergroup", "topic"])
-        lag_sum = _gauge("kafka_consumergroup_lag_sum",
+        lag_sum = gauge("kafka_consumergroup_lag_sum",
                          "Current Approximate Lag of a ConsumerGroup at Topic for all partitions",
                          ["consumergroup", "topic"])
-        members = _gauge("kafka_consumergroup_members", "Amount of members in a consumer group", ["consumergroup"])
+        members = gauge("kafka_consumergroup_members", "Amount of members in a consumer group", ["consumergroup"])
         by_state: Counter[tuple[str, str]] = Counter()
         rebalances: Counter[str] = Counter()
         for shard in coordinator.loaded_shards():
@@ -121,19 +119,19 @@ class BrokerStateCollector(Collector):
                     current_sum.add_metric([group_id, topic], offset_total)
                     lag_sum.add_metric([group_id, topic], lag_total)
         yield from (current, lag, current_sum, lag_sum, members)
-        groups = _gauge("kafka_groups", "Groups by state and protocol", ["state", "protocol"])
+        groups = gauge("kafka_groups", "Groups by state and protocol", ["state", "protocol"])
         for (state, protocol), count in sorted(by_state.items()):
             groups.add_metric([state, protocol], count)
         yield groups
-        begun = CounterMetricFamily("kafka_group_rebalances", "Rebalances begun (classic generations, consumer group "
-                                    "epochs) since the coordinator loaded", labels=["protocol"])
+        begun = counter("kafka_group_rebalances", "Rebalances begun (classic generations, consumer group epochs) "
+                        "since the coordinator loaded", labels=["protocol"])
         for protocol, count in sorted(rebalances.items()):
             begun.add_metric([protocol], count)
         yield begun
 
     @staticmethod
     def _coordinators(broker: Any) -> Iterator[Metric]:
-        queued = _gauge("kafka_coordinator_queue_size", "Operations waiting in the coordinators' event queues",
+        queued = gauge("kafka_coordinator_queue_size", "Operations waiting in the coordinators' event queues",
                         ["coordinator"])
         for name, coordinator in broker.coordinators():
             runtime = coordinator.runtime

@@ -13,15 +13,14 @@ import asyncio
 import os
 from dataclasses import dataclass
 
-import structlog
-
 from broker.log import LogManager
 from broker.log.loader import load_log
 from broker.log.mover import FUTURE_DIR_SUFFIX, Copy, abandon, catch_up, copy_bulk, start_copy
+from broker.observability.logger import get_logger
 from broker.partition import Partition, PartitionManager
 from protocol.errors import ErrorCode, KafkaError
 
-log = structlog.get_logger("broker.partition.log_dirs")
+log = get_logger("broker.partition.log_dirs")
 
 MAX_DIR_NAME = 255  # Kafka refuses a move whose future directory name would be longer (KAFKA-4893)
 

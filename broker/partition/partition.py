@@ -23,8 +23,6 @@ import asyncio
 import uuid
 from dataclasses import dataclass
 
-import structlog
-
 from broker.log import (
     AppendOrigin,
     AppendResult,
@@ -37,6 +35,7 @@ from broker.log import (
 from broker.log.group_commit import GroupCommit
 from broker.log.log import Buffer
 from broker.log.txn_index import AbortedTxn
+from broker.observability.logger import get_logger
 from broker.partition.producer_snapshot import (
     CorruptSnapshotError,
     delete_snapshot,
@@ -56,7 +55,7 @@ from protocol.records import (
     validate_batch,
 )
 
-logger = structlog.get_logger("broker.partition")
+logger = get_logger("broker.partition")
 
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1

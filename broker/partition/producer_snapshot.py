@@ -21,11 +21,10 @@ import os
 import struct
 from collections.abc import Iterable
 
-import crc32c
-
 from broker.log.checkpoint import fsync_dir, read_whole
 from broker.log.segment import filename_prefix
 from broker.partition.producer_state import BatchMetadata, ProducerEntry
+from protocol import checksum
 
 SUFFIX = ".snapshot"
 VERSION = 1
@@ -70,7 +69,7 @@ def encode(entries: Iterable[ProducerEntry]) -> bytes:
                 e.last_timestamp, e.coordinator_epoch, e.current_txn_first_offset)
             count += 1
     rest = struct.pack(">i", count) + bytes(body)
-    return struct.pack(">hI", VERSION, crc32c.crc32c(rest)) + rest
+    return struct.pack(">hI", VERSION, checksum.crc32c(rest)) + rest
 
 
 def decode(data: bytes) -> list[ProducerEntry]:
@@ -79,7 +78,7 @@ def decode(data: bytes) -> list[ProducerEntry]:
     version, crc, count = _HEAD.unpack_from(data)
     if version != VERSION:
         raise CorruptSnapshotError("unknown snapshot version %d" % version)
-    if crc32c.crc32c(memoryview(data)[6:]) != crc:
+    if checksum.crc32c(memoryview(data)[6:]) != crc:
         raise CorruptSnapshotError("snapshot CRC mismatch")
     if count < 0 or len(data) != _HEAD.size + count * _ENTRY.size:
         raise CorruptSnapshotError("snapshot size does not match its %d entries" % count)

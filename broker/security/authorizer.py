@@ -30,8 +30,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import structlog
-
+from broker.observability.logger import get_logger
 from broker.security.acl import (
     CLUSTER_NAME,
     WILDCARD,
@@ -42,7 +41,7 @@ from broker.security.acl import (
 )
 from broker.security.principal import WILDCARD_PRINCIPAL
 
-log = structlog.get_logger("kafka.authorizer.logger")
+log = get_logger("kafka.authorizer.logger")
 
 AUTHORIZER_CLASSES = (
     "org.apache.kafka.metadata.authorizer.StandardAuthorizer",

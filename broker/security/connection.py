@@ -15,24 +15,27 @@ import socket
 import ssl
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import structlog
-
+from broker.observability.logger import get_logger
 from broker.security.listeners import Listener
 from broker.security.principal import ANONYMOUS, NoMatchingRule, distinguished_name, user
-from broker.security.sasl.authenticator import SaslAuthenticator
-from broker.security.sasl.scram import MECHANISMS as SCRAM_MECHANISMS
-from broker.security.sasl.scram import ScramCredential
 
-log = structlog.get_logger("broker.security")
+if TYPE_CHECKING:
+    from broker.security.sasl.authenticator import SaslAuthenticator
+    from broker.security.sasl.scram import ScramCredential
+
+log = get_logger("broker.security")
 
 HANDSHAKE_TIMEOUT_S = 60.0
 
 
 def new_authenticator(listener: Listener, broker: Any) -> SaslAuthenticator:
     """The SASL authenticator of a new connection on a SASL listener; SCRAM credentials come from
-    the metadata image as it is when the client authenticates."""
+    the metadata image as it is when the client authenticates. The first one imports SASL."""
+    from broker.security.sasl.authenticator import SaslAuthenticator
+    from broker.security.sasl.scram import MECHANISMS as SCRAM_MECHANISMS
+    from broker.security.sasl.scram import ScramCredential
 
     def credential_of(mechanism: str, name: str) -> ScramCredential | None:
         record = broker.metadata.image.scram.get((name, SCRAM_MECHANISMS[mechanism].type))

@@ -21,8 +21,6 @@ from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-import structlog
-
 from broker.coordinator.group.group_config import parse_auto_offset_reset
 from broker.coordinator.share.records import ShareKey
 from broker.coordinator.share.shard import WriteState
@@ -31,6 +29,7 @@ from broker.coordinator.timer import Cancellable, Clock
 from broker.log import TimestampAndOffset
 from broker.log.segment import FileSlice
 from broker.log.txn_index import AbortedTxn
+from broker.observability.logger import get_logger
 from broker.share.dlq import DeadLetter, DeadLetterWriter
 from broker.share.engine import (
     AckBatch,
@@ -45,7 +44,7 @@ from broker.share.session import ShareSession, ShareSessionCache, TopicIdPartiti
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import BatchHeader, iter_batches
 
-log = structlog.get_logger("broker.share")
+log = get_logger("broker.share")
 
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 EXPIRY_RETRY_MS = 1000  # a lock expiry whose write failed is tried again this much later

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
-
+from broker.observability.metrics import counter, gauge
 from broker.share.manager import SharePartitionManager
+
+if TYPE_CHECKING:
+    from prometheus_client.core import Metric
 
 _COUNTERS = [
     ("acquired", "Records handed out to share group members"),
@@ -36,21 +38,20 @@ _COUNTERS = [
 ]
 
 
-class ShareMetricsCollector(Collector):
+class ShareMetricsCollector:
     def __init__(self, manager: SharePartitionManager, topic_name: Callable[[uuid.UUID], str | None]) -> None:
         self.manager = manager
         self.topic_name = topic_name
 
     def collect(self) -> Iterator[Metric]:
-        yield GaugeMetricFamily("kafka_share_sessions", "Open share sessions", value=len(self.manager.sessions))
+        yield gauge("kafka_share_sessions", "Open share sessions", value=len(self.manager.sessions))
         m = self.manager.metrics
         for name, doc in _COUNTERS:
-            yield CounterMetricFamily("kafka_share_records_" + name, doc, value=getattr(m, name))
+            yield counter("kafka_share_records_" + name, doc, value=getattr(m, name))
         labels = ["group", "topic", "partition"]
-        in_flight = GaugeMetricFamily("kafka_share_in_flight_records", "Records in flight per share-partition",
-                                      labels=labels)
-        start = GaugeMetricFamily("kafka_share_start_offset", "Share-partition start offset", labels=labels)
-        lag = GaugeMetricFamily("kafka_share_lag", "Records not yet delivered per share-partition", labels=labels)
+        in_flight = gauge("kafka_share_in_flight_records", "Records in flight per share-partition", labels=labels)
+        start = gauge("kafka_share_start_offset", "Share-partition start offset", labels=labels)
+        lag = gauge("kafka_share_lag", "Records not yet delivered per share-partition", labels=labels)
         for (group_id, topic_id, index), entry in list(self.manager.entries.items()):
             topic = self.topic_name(topic_id)
             if topic is None or entry.ready is None or not entry.ready.done() or entry.ready.exception() is not None:

@@ -29,6 +29,7 @@ from typing import Any, Self
 from broker.app import Broker
 from broker.config import BrokerConfig, parse_listener
 from broker.observability.log_setup import configure_embedded
+from broker.observability.logger import stop_logging_to_standard_logging
 from broker.testing.faults import Faults
 from protocol.errors import ErrorCode, KafkaError
 
@@ -113,14 +114,13 @@ class EmbeddedBroker:
         """Start the broker (returns once it accepts connections)."""
         if self._broker is not None:
             return self
-        configure_embedded(self.properties.get("log.level", "INFO"))
         if self._loop is None:
             self._loop = self.loop_factory()
             self._thread = threading.Thread(target=self._run_loop, name="kafka-broker", daemon=True)
             self._thread.start()
             self._errors.thread_id = self._thread.ident
             logging.getLogger("broker").addHandler(self._errors)
-        broker = Broker(BrokerConfig(self.properties), faults=self.faults)
+        broker = self.call(self._new_broker(), START_TIMEOUT_S)
         if broker.simulated is not None:
             broker.simulated.ports.update(self._node_ports)  # the other nodes come back on their ports
         self.call(broker.start(), START_TIMEOUT_S)
@@ -130,9 +130,14 @@ class EmbeddedBroker:
             self._node_ports = {node: dict(ports) for node, ports in broker.simulated.ports.items()}
         return self
 
+    async def _new_broker(self) -> Broker:
+        """Made on the broker's thread, where every line it logs goes to the logging module."""
+        return Broker(BrokerConfig(self.properties), faults=self.faults)
+
     def _run_loop(self) -> None:
         loop = self._loop
         assert loop is not None
+        configure_embedded(self.properties.get("log.level", "INFO"))
         asyncio.set_event_loop(loop)
         loop.set_exception_handler(self._unhandled)
         try:
@@ -145,6 +150,7 @@ class EmbeddedBroker:
             loop.run_until_complete(loop.shutdown_default_executor())
         finally:
             loop.close()
+            stop_logging_to_standard_logging()
 
     def _unhandled(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         """An exception nothing in the broker caught (a task's): recorded, then logged as asyncio does."""

@@ -28,18 +28,19 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
-
-import structlog
-from prometheus_client.core import CounterMetricFamily, Metric
+from typing import TYPE_CHECKING, Any
 
 from broker.apis import Handler, Intercept, RequestContext
+from broker.observability.logger import get_logger
+from broker.observability.metrics import counter
 from broker.testing.addressing import Key, Role, answer_in_part, fail_entries_after, keys, roles
 from protocol import messages as M
 from protocol.errors import ErrorCode
-from protocol.messages import REQUESTS
 
-log = structlog.get_logger("broker.faults")
+if TYPE_CHECKING:
+    from prometheus_client.core import Metric
+
+log = get_logger("broker.faults")
 
 FAIL, DELAY, DISCONNECT, DROP, FAIL_DISK = "fail", "delay", "disconnect", "drop", "fail_disk"
 ACTIONS = (FAIL, DELAY, DISCONNECT, DROP, FAIL_DISK)
@@ -49,8 +50,8 @@ CLUSTER_ACTIONS = {MOVE_LEADER: ("topic", "partition", "to"), MOVE_COORDINATOR: 
 COORDINATOR_KEY_TYPES = {"group": 0, "transaction": 1}
 CLUSTER_CHANGE_S = 60.0
 METADATA = 3
-API_KEYS = {codec.spec.name.removesuffix("Request").lower(): key for key, codec in REQUESTS.items()}
-API_NAMES = {key: codec.spec.name.removesuffix("Request") for key, codec in REQUESTS.items()}
+API_KEYS = {name.lower(): key for key, name in M.API_NAMES.items()}
+API_NAMES = dict(M.API_NAMES)
 
 _ERRORS_BY_CODE = {int(code): code for code in ErrorCode}
 
@@ -490,8 +491,8 @@ class Faults:
 
     def collect(self) -> Iterator[Metric]:
         """kafka_faults_injected{api, action, error} (the broker's metrics registry collects it)."""
-        family = CounterMetricFamily("kafka_faults_injected", "Faults injected (broker.testing), per API, action "
-                                     "and error", labels=["api", "action", "error"])
+        family = counter("kafka_faults_injected", "Faults injected (broker.testing), per API, action and error",
+                         labels=["api", "action", "error"])
         with self._lock:
             counts = sorted(self.injected.items())
         for (api, action, error), count in counts:

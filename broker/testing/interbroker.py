@@ -21,15 +21,14 @@ import struct
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import structlog
-
 from broker.coordinator.txn import MarkerWrite
 from broker.coordinator.txn.state import TopicPartition
+from broker.observability.logger import get_logger
 from protocol import frames
 from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
 
-log = structlog.get_logger("broker.interbroker")
+log = get_logger("broker.interbroker")
 
 E = ErrorCode
 ADD_PARTITIONS_TO_TXN, WRITE_TXN_MARKERS = 24, 27

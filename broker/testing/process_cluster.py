@@ -22,15 +22,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from broker.apis import RequestContext
 from broker.log.checkpoint import write_atomic
 from broker.metadata import PRODUCER_ID_BLOCK, MetadataStore, TopicInfo, decode_record
+from broker.observability.logger import get_logger
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import decode_batch, iter_batches
 
-log = structlog.get_logger("broker.process_cluster")
+log = get_logger("broker.process_cluster")
 
 METADATA_DIR = "__cluster_metadata-0"
 CREATE_TOPICS, CREATE_TOPICS_VERSION = 19, 7

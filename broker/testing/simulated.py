@@ -27,16 +27,15 @@ from __future__ import annotations
 import zlib
 from typing import Any
 
-import structlog
-
 from broker.apis import Handler, RequestContext
 from broker.coordinator.runtime import partition_for
+from broker.observability.logger import get_logger
 from broker.testing.addressing import Key, answer_in_part, fail_whole
 from broker.testing.process_cluster import forward_to_controller
 from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
 
-log = structlog.get_logger("broker.simulated")
+log = get_logger("broker.simulated")
 
 E = ErrorCode
 KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION, KEY_TYPE_SHARE = 0, 1, 2

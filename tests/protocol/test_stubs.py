@@ -42,3 +42,12 @@ def test_field_types() -> None:
     assert stubs.field_type(produce.root, records) == "Any"
     # a request's records are the bytes decoded (a view into the frame), or null
     assert stubs.field_type(produce.root, records, request=True) == "bytes | bytearray | memoryview | None"
+
+
+INDEX = Path(stubs.__file__).with_name("schema_index.py")
+
+
+def test_index_is_current() -> None:
+    assert INDEX.read_text() == stubs.render_index(), (
+        "regenerate: python -m protocol.stubs index > protocol/schema_index.py"
+    )

@@ -24,8 +24,6 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
-import structlog
-
 from broker.coordinator.group.classic import ClassicGroup, ClassicMember, GroupState
 from broker.coordinator.group.config import GroupCoordinatorConfig
 from broker.coordinator.group.consumer import ConsumerGroup, RegexUpdate, TopicMetadata, metadata_hash
@@ -49,10 +47,11 @@ from broker.coordinator.group.records import (
 from broker.coordinator.group.subscription import CONSUMER_PROTOCOL_TYPE
 from broker.coordinator.result import CoordinatorResult, Deferred, Record
 from broker.coordinator.timer import Timer
+from broker.observability.logger import get_logger
 from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError, ProtocolError
 
-log = structlog.get_logger("broker.coordinator.group")
+log = get_logger("broker.coordinator.group")
 
 
 class ConsumerGroupManager(Protocol):

@@ -23,8 +23,6 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-import structlog
-
 from broker.coordinator.group.assignors import MemberSpec, PartitionAssignor, assignors_from_names
 from broker.coordinator.group.classic import ClassicGroup
 from broker.coordinator.group.config import GroupCoordinatorConfig
@@ -69,10 +67,11 @@ from broker.coordinator.group.records import (
 from broker.coordinator.regex import RegexError, compile_re2
 from broker.coordinator.result import CoordinatorResult, Record
 from broker.coordinator.timer import Timer
+from broker.observability.logger import get_logger
 from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
 
-log = structlog.get_logger("broker.coordinator.group")
+log = get_logger("broker.coordinator.group")
 
 E = ErrorCode
 Result = CoordinatorResult[Any]

@@ -10,8 +10,6 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
-import structlog
-
 from broker.coordinator.group import share_admin
 from broker.coordinator.group.config import GroupCoordinatorConfig
 from broker.coordinator.group.consumer import TopicMetadata
@@ -23,10 +21,11 @@ from broker.coordinator.group.share_heartbeat import validate_heartbeat_request 
 from broker.coordinator.result import CoordinatorResult
 from broker.coordinator.runtime import CoordinatorRuntime, PartitionWriter, operation_error_code
 from broker.coordinator.timer import Clock, Timer
+from broker.observability.logger import get_logger
 from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
 
-log = structlog.get_logger("broker.coordinator.group")
+log = get_logger("broker.coordinator.group")
 
 E = ErrorCode
 GROUP_METADATA_TOPIC = "__consumer_offsets"

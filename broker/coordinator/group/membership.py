@@ -18,8 +18,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import structlog
-
 from broker.coordinator.group.classic import (
     EMPTY_ASSIGNMENT,
     ClassicGroup,
@@ -31,10 +29,11 @@ from broker.coordinator.group.config import GroupCoordinatorConfig
 from broker.coordinator.group.records import empty_group_metadata_record, group_metadata_record
 from broker.coordinator.result import CoordinatorResult, Deferred, Record
 from broker.coordinator.timer import Timer
+from broker.observability.logger import get_logger
 from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
 
-log = structlog.get_logger("broker.coordinator.group")
+log = get_logger("broker.coordinator.group")
 
 E = ErrorCode
 S = GroupState

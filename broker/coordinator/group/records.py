@@ -46,42 +46,40 @@ GROUP_METADATA_VALUE_VERSION = 3
 
 _INT16 = struct.Struct(">h")
 
-_KEYS: dict[int, type] = {
-    LEGACY_OFFSET_COMMIT: M.LegacyOffsetCommitKey,
-    OFFSET_COMMIT: M.OffsetCommitKey,
-    GROUP_METADATA: M.GroupMetadataKey,
-    CONSUMER_GROUP_METADATA: M.ConsumerGroupMetadataKey,
-    CONSUMER_GROUP_PARTITION_METADATA: M.ConsumerGroupPartitionMetadataKey,
-    CONSUMER_GROUP_MEMBER_METADATA: M.ConsumerGroupMemberMetadataKey,
-    CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA: M.ConsumerGroupTargetAssignmentMetadataKey,
-    CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER: M.ConsumerGroupTargetAssignmentMemberKey,
-    CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT: M.ConsumerGroupCurrentMemberAssignmentKey,
-    CONSUMER_GROUP_REGULAR_EXPRESSION: M.ConsumerGroupRegularExpressionKey,
-    SHARE_GROUP_MEMBER_METADATA: M.ShareGroupMemberMetadataKey,
-    SHARE_GROUP_METADATA: M.ShareGroupMetadataKey,
-    SHARE_GROUP_TARGET_ASSIGNMENT_METADATA: M.ShareGroupTargetAssignmentMetadataKey,
-    SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER: M.ShareGroupTargetAssignmentMemberKey,
-    SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT: M.ShareGroupCurrentMemberAssignmentKey,
-    SHARE_GROUP_STATE_PARTITION_METADATA: M.ShareGroupStatePartitionMetadataKey,
+# The key and value definitions of each record type, by name: their classes are built when a record
+# of the type is first met (a broker whose groups never write KIP-848 or share records builds none
+# of theirs), then looked up in _KEYS and _VALUES.
+_DEFINITIONS: dict[int, tuple[str, str]] = {
+    LEGACY_OFFSET_COMMIT: ("LegacyOffsetCommitKey", "LegacyOffsetCommitValue"),
+    OFFSET_COMMIT: ("OffsetCommitKey", "OffsetCommitValue"),
+    GROUP_METADATA: ("GroupMetadataKey", "GroupMetadataValue"),
+    CONSUMER_GROUP_METADATA: ("ConsumerGroupMetadataKey", "ConsumerGroupMetadataValue"),
+    CONSUMER_GROUP_PARTITION_METADATA: ("ConsumerGroupPartitionMetadataKey", "ConsumerGroupPartitionMetadataValue"),
+    CONSUMER_GROUP_MEMBER_METADATA: ("ConsumerGroupMemberMetadataKey", "ConsumerGroupMemberMetadataValue"),
+    CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA: ("ConsumerGroupTargetAssignmentMetadataKey", "ConsumerGroupTargetAssignmentMetadataValue"),
+    CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER: ("ConsumerGroupTargetAssignmentMemberKey", "ConsumerGroupTargetAssignmentMemberValue"),
+    CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT: ("ConsumerGroupCurrentMemberAssignmentKey", "ConsumerGroupCurrentMemberAssignmentValue"),
+    CONSUMER_GROUP_REGULAR_EXPRESSION: ("ConsumerGroupRegularExpressionKey", "ConsumerGroupRegularExpressionValue"),
+    SHARE_GROUP_MEMBER_METADATA: ("ShareGroupMemberMetadataKey", "ShareGroupMemberMetadataValue"),
+    SHARE_GROUP_METADATA: ("ShareGroupMetadataKey", "ShareGroupMetadataValue"),
+    SHARE_GROUP_TARGET_ASSIGNMENT_METADATA: ("ShareGroupTargetAssignmentMetadataKey", "ShareGroupTargetAssignmentMetadataValue"),
+    SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER: ("ShareGroupTargetAssignmentMemberKey", "ShareGroupTargetAssignmentMemberValue"),
+    SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT: ("ShareGroupCurrentMemberAssignmentKey", "ShareGroupCurrentMemberAssignmentValue"),
+    SHARE_GROUP_STATE_PARTITION_METADATA: ("ShareGroupStatePartitionMetadataKey", "ShareGroupStatePartitionMetadataValue"),
 }
-_VALUES: dict[int, type] = {
-    LEGACY_OFFSET_COMMIT: M.LegacyOffsetCommitValue,
-    OFFSET_COMMIT: M.OffsetCommitValue,
-    GROUP_METADATA: M.GroupMetadataValue,
-    CONSUMER_GROUP_METADATA: M.ConsumerGroupMetadataValue,
-    CONSUMER_GROUP_PARTITION_METADATA: M.ConsumerGroupPartitionMetadataValue,
-    CONSUMER_GROUP_MEMBER_METADATA: M.ConsumerGroupMemberMetadataValue,
-    CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA: M.ConsumerGroupTargetAssignmentMetadataValue,
-    CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER: M.ConsumerGroupTargetAssignmentMemberValue,
-    CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT: M.ConsumerGroupCurrentMemberAssignmentValue,
-    CONSUMER_GROUP_REGULAR_EXPRESSION: M.ConsumerGroupRegularExpressionValue,
-    SHARE_GROUP_MEMBER_METADATA: M.ShareGroupMemberMetadataValue,
-    SHARE_GROUP_METADATA: M.ShareGroupMetadataValue,
-    SHARE_GROUP_TARGET_ASSIGNMENT_METADATA: M.ShareGroupTargetAssignmentMetadataValue,
-    SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER: M.ShareGroupTargetAssignmentMemberValue,
-    SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT: M.ShareGroupCurrentMemberAssignmentValue,
-    SHARE_GROUP_STATE_PARTITION_METADATA: M.ShareGroupStatePartitionMetadataValue,
-}
+_KEYS: dict[int, type] = {}
+_VALUES: dict[int, type] = {}
+
+
+def _classes_of(record_type: int) -> type | None:
+    """The key class of `record_type` (its value class into _VALUES too); None for a type this
+    module does not know."""
+    names = _DEFINITIONS.get(record_type)
+    if names is None:
+        return None
+    _VALUES[record_type] = M.CLASSES[names[1]]
+    key_cls = _KEYS[record_type] = M.CLASSES[names[0]]
+    return key_cls
 
 
 _KEY_HEAD = struct.Struct(">hh")  # record type, length of the group id
@@ -478,7 +476,9 @@ def parse_record(key: bytes, value: bytes | None) -> tuple[int, Any, Any]:
     (record_type,) = _INT16.unpack_from(key, 0)
     key_cls = _KEYS.get(record_type)
     if key_cls is None:
-        return record_type, None, None
+        key_cls = _classes_of(record_type)  # the first record of its type
+        if key_cls is None:
+            return record_type, None, None
     key_struct = M.decode(key_cls, 0, memoryview(key)[2:])
     if value is None:
         return record_type, key_struct, None

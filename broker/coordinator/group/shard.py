@@ -14,8 +14,6 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-import structlog
-
 from broker.coordinator.group.classic import ClassicGroup
 from broker.coordinator.group.config import GroupCoordinatorConfig
 from broker.coordinator.group.consumer import ConsumerGroup, StaticTopicMetadata, TopicMetadata
@@ -41,10 +39,11 @@ from broker.coordinator.group.share_group import ShareGroup
 from broker.coordinator.group.share_heartbeat import SessionSettings, ShareGroupManager
 from broker.coordinator.result import CoordinatorResult, Record, TxnMarker
 from broker.coordinator.timer import Timer
+from broker.observability.logger import get_logger
 from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
 
-log = structlog.get_logger("broker.coordinator.group")
+log = get_logger("broker.coordinator.group")
 
 GROUP_EXPIRATION_KEY = "expire-group-metadata"
 

@@ -20,8 +20,6 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import structlog
-
 from broker.coordinator.group.config import GroupCoordinatorConfig
 from broker.coordinator.group.consumer import TopicMetadata, metadata_hash
 from broker.coordinator.group.member import EMPTY, Assignment, MemberState, partitions_by_topic
@@ -46,10 +44,11 @@ from broker.coordinator.group.share_group import (
 from broker.coordinator.group.share_wait import HeldShareHeartbeats
 from broker.coordinator.result import CoordinatorResult, Record
 from broker.coordinator.timer import Timer
+from broker.observability.logger import get_logger
 from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
 
-log = structlog.get_logger("broker.coordinator.group")
+log = get_logger("broker.coordinator.group")
 
 E = ErrorCode
 Result = CoordinatorResult[Any]

@@ -15,19 +15,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import structlog
-
 from broker.coordinator.result import CoordinatorResult
 from broker.coordinator.runtime import CoordinatorRuntime, PartitionWriter
 from broker.coordinator.share.records import ShareKey
 from broker.coordinator.share.shard import PartitionExists, ShareCoordinatorShard, WriteState
 from broker.coordinator.share.state import ShareGroupOffset
 from broker.coordinator.timer import Clock, Timer
+from broker.metadata.image import SHARE_STATE_TOPIC
+from broker.observability.logger import get_logger
 from protocol.errors import KafkaError
 
-log = structlog.get_logger("broker.coordinator.share")
-
-SHARE_STATE_TOPIC = "__share_group_state"
+log = get_logger("broker.coordinator.share")
 
 
 @dataclass(frozen=True)

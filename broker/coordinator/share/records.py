@@ -22,17 +22,25 @@ SHARE_UPDATE = 1
 VALUE_VERSION = 0
 
 _INT16 = struct.Struct(">h")
-_KEYS = {SHARE_SNAPSHOT: M.ShareSnapshotKey, SHARE_UPDATE: M.ShareUpdateKey}
-_VALUES = {SHARE_SNAPSHOT: M.ShareSnapshotValue, SHARE_UPDATE: M.ShareUpdateValue}
 
 ShareKey = tuple[str, uuid.UUID, int]
 """(group id, topic id, partition): one share-partition."""
 
 
+def _classes(record_type: int) -> tuple[Any, Any] | None:
+    """The key and value classes of a record type (None: a type this module does not know), named
+    when asked for: built at the first share state record, not when the broker starts."""
+    if record_type == SHARE_SNAPSHOT:
+        return M.ShareSnapshotKey, M.ShareSnapshotValue
+    if record_type == SHARE_UPDATE:
+        return M.ShareUpdateKey, M.ShareUpdateValue
+    return None
+
+
 def _key(record_type: int, key: ShareKey) -> bytes:
     group_id, topic_id, partition = key
-    return _INT16.pack(record_type) + M.encode(_KEYS[record_type](
-        group_id=group_id, topic_id=topic_id, partition=partition), 0)
+    key_cls = M.ShareSnapshotKey if record_type == SHARE_SNAPSHOT else M.ShareUpdateKey
+    return _INT16.pack(record_type) + M.encode(key_cls(group_id=group_id, topic_id=topic_id, partition=partition), 0)
 
 
 def _batches(cls: Any, batches: tuple[StateBatch, ...]) -> list[Any]:
@@ -68,17 +76,17 @@ def parse_record(key: bytes, value: bytes | None) -> tuple[int, ShareKey | None,
     if len(key) < 2:
         raise ProtocolError("share state record key too short")
     (record_type,) = _INT16.unpack_from(key, 0)
-    key_cls = _KEYS.get(record_type)
-    if key_cls is None:
+    classes = _classes(record_type)
+    if classes is None:
         return record_type, None, None
-    k = M.decode(key_cls, 0, memoryview(key)[2:])
+    k = M.decode(classes[0], 0, memoryview(key)[2:])
     share_key = (k.group_id, k.topic_id, k.partition)
     if value is None:
         return record_type, share_key, None
     if len(value) < 2:
         raise ProtocolError("share state record value too short")
     (version,) = _INT16.unpack_from(value, 0)
-    return record_type, share_key, M.decode(_VALUES[record_type], version, memoryview(value)[2:])
+    return record_type, share_key, M.decode(classes[1], version, memoryview(value)[2:])
 
 
 def state_batches(value: Any) -> tuple[StateBatch, ...]:

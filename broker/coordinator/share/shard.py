@@ -26,8 +26,6 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-import structlog
-
 from broker.coordinator.result import CoordinatorResult, Record
 from broker.coordinator.share.records import (
     SHARE_SNAPSHOT,
@@ -47,9 +45,10 @@ from broker.coordinator.share.state import (
     StateBatch,
     combine_state_batches,
 )
+from broker.observability.logger import get_logger
 from protocol.errors import ErrorCode, KafkaError
 
-log = structlog.get_logger("broker.coordinator.share")
+log = get_logger("broker.coordinator.share")
 
 E = ErrorCode
 Result = CoordinatorResult[Any]

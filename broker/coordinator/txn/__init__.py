@@ -9,7 +9,6 @@ coordinator.py  TransactionCoordinator service over the runtime; markers of deci
 
 from broker.coordinator.txn.config import TransactionCoordinatorConfig
 from broker.coordinator.txn.coordinator import (
-    TRANSACTION_STATE_TOPIC,
     MarkerWrite,
     MarkerWriter,
     NoMarkers,
@@ -18,6 +17,7 @@ from broker.coordinator.txn.coordinator import (
 )
 from broker.coordinator.txn.shard import ProducerIdAndEpoch, TransactionCoordinatorShard, TxnCompletion
 from broker.coordinator.txn.state import TransactionMetadata, TransactionState
+from broker.metadata.image import TRANSACTION_STATE_TOPIC
 
 __all__ = [
     "TRANSACTION_STATE_TOPIC",

@@ -21,8 +21,6 @@ import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, NamedTuple, Protocol
 
-import structlog
-
 from broker.coordinator.regex import RegexError
 from broker.coordinator.runtime import CoordinatorRuntime, PartitionWriter, operation_error_code
 from broker.coordinator.timer import Clock, Timer
@@ -34,12 +32,12 @@ from broker.coordinator.txn.shard import (
     compile_pattern,
 )
 from broker.coordinator.txn.state import TopicPartition, TransactionMetadata, TransactionState
+from broker.observability.logger import get_logger
 from protocol.errors import ErrorCode, KafkaError
 
-log = structlog.get_logger("broker.coordinator.txn")
+log = get_logger("broker.coordinator.txn")
 
 E = ErrorCode
-TRANSACTION_STATE_TOPIC = "__transaction_state"
 _RETRY_START_S = 0.05
 _RETRY_MAX_S = 5.0
 

@@ -15,14 +15,13 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import structlog
-
 from broker.coordinator.txn import MarkerWrite, TxnCompletion
 from broker.coordinator.txn.state import TopicPartition
+from broker.observability.logger import get_logger
 from broker.partition import Partition
 from protocol.errors import ErrorCode, KafkaError
 
-log = structlog.get_logger("broker.txn")
+log = get_logger("broker.txn")
 
 _NOT_RETRIED = frozenset([ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.TRANSACTION_COORDINATOR_FENCED])
 

@@ -18,8 +18,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-import structlog
-
 from broker.coordinator.regex import compile_re2
 from broker.coordinator.result import CoordinatorResult, Deferred, Record
 from broker.coordinator.timer import Timer
@@ -35,9 +33,10 @@ from broker.coordinator.txn.state import (
     TransactionMetadata,
     TransactionState,
 )
+from broker.observability.logger import get_logger
 from protocol.errors import ErrorCode, KafkaError
 
-log = structlog.get_logger("broker.coordinator.txn")
+log = get_logger("broker.coordinator.txn")
 
 E = ErrorCode
 S = TransactionState

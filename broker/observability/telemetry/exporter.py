@@ -18,11 +18,13 @@ import re
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
-
+from broker.observability.metrics import counter, gauge
 from broker.observability.telemetry.otlp import DELTA, SUM, Point
+
+if TYPE_CHECKING:
+    from prometheus_client.core import Metric
 
 CLIENT_LABELS = ("client_instance_id", "client_id", "client_software_name", "client_software_version",
                  "client_source_address", "client_source_port")
@@ -45,7 +47,7 @@ class ClientSeries:
     values: dict[SeriesKey, tuple[str, bool, float]] = field(default_factory=dict)  # -> (kind, monotonic, value)
 
 
-class TelemetryCollector(Collector):
+class TelemetryCollector:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._clients: dict[str, ClientSeries] = {}
@@ -97,9 +99,9 @@ class TelemetryCollector(Collector):
             doc = "Client metric %s pushed with KIP-714 telemetry" % name
             family: Metric
             if all(monotonic for _, monotonic, _ in points):
-                family = CounterMetricFamily(prometheus_name(name), doc, labels=label_names)
+                family = counter(prometheus_name(name), doc, labels=label_names)
             else:
-                family = GaugeMetricFamily(prometheus_name(name), doc, labels=label_names)
+                family = gauge(prometheus_name(name), doc, labels=label_names)
             for lb, _, value in points:
                 family.add_metric([lb.get(k, "") for k in label_names], value)  # type: ignore[attr-defined]
             yield family

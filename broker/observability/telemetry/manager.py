@@ -14,8 +14,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-import crc32c
-
+from protocol import checksum
 from protocol.errors import ErrorCode, KafkaError
 
 METRICS, INTERVAL_MS, MATCH = "metrics", "interval.ms", "match"
@@ -106,7 +105,7 @@ def _int32(n: int) -> int:
 def subscription_id(metrics: list[str], interval_ms: int, instance: uuid.UUID) -> int:
     """A number that changes whenever what the client must push changes (Kafka hashes the same inputs)."""
     text = ("[%s]%d" % (", ".join(metrics), interval_ms)).encode()
-    return _int32(crc32c.crc32c(text) + _java_uuid_hash(instance))
+    return _int32(checksum.crc32c(text) + _java_uuid_hash(instance))
 
 
 @dataclass

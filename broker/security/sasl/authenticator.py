@@ -25,7 +25,6 @@ from __future__ import annotations
 import enum
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from broker.security.principal import ANONYMOUS, user
@@ -39,6 +38,7 @@ from broker.security.sasl.mechanisms import (
     ScramServer,
     generic_failure,
 )
+from broker.security.sasl.outcome import PASS, Action, Outcome
 from broker.security.sasl.scram import MECHANISMS as SCRAM_MECHANISMS
 from broker.security.sasl.scram import ScramCredential
 from broker.security.sasl.settings import SaslSettings
@@ -74,26 +74,6 @@ TRANSITIONS: dict[SaslState, frozenset[SaslState]] = {
 }
 
 
-class Action(enum.Enum):
-    PASS = "pass"
-    RESPOND = "respond"
-    RAW = "raw"
-    FAIL = "fail"
-    CLOSE = "close"
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    action: Action
-    header: frames.RequestHeader | None = None
-    response: Any = None
-    raw: bytes | None = None
-    error: ErrorCode | None = None  # FAIL: answer with the request's own error response carrying this code
-    request: Any = None  # FAIL with `error`: the decoded request
-    reason: str = ""  # for the log line (never a secret)
-
-
-PASS = Outcome(Action.PASS)
 _RAW_SIZE = struct.Struct(">i")
 
 
