@@ -1,19 +1,26 @@
-"""KIP-848 hand-over with members that commit: how long after one member leaves do the others own
-every partition? Ours and librdkafka's mock cluster side by side, in one run, alternating.
+"""KIP-848 hand-over with members that commit: how long after one member leaves (or joins) do the
+members own every partition again? Ours and librdkafka's mock cluster side by side, in one run,
+alternating.
 
 Three confluent-kafka consumers (group.protocol=consumer, default settings otherwise) share a
 6-partition topic a producer keeps writing to; each commits synchronously after every record it
-reads. Once every partition is owned by exactly one member, one member close()s; the time from
-then until the two others own every partition (no overlap) is the hand-over. Each broker runs
-with its default heartbeat interval (ours: Kafka's 5000 ms; the mock: 3000 ms).
+reads. Once every partition is owned by exactly one member:
+- leave: one member close()s; the time from then until the two others own every partition (no
+  overlap) is the hand-over;
+- join: a fourth member subscribes; the time until all four own a share of the partitions (no
+  overlap, every partition owned) is the hand-over (the others revoke for it first).
+Each broker runs with its default heartbeat interval (ours: Kafka's 5000 ms; the mock: 3000 ms).
 
     python bench/kip848_handover.py [--repeat 5] [--peers ours,mock] [--protocol classic]
+    python bench/kip848_handover.py --peers ours@../main,ours,mock --scenarios leave,join
 
-`--protocol classic` runs the same with classic members (JoinGroup/SyncGroup/Heartbeat, the
-client's own heartbeat interval, 3 s in librdkafka) for comparison.
+Peers: `ours` (this checkout), `ours@DIR` (the broker of the checkout in DIR: to compare two
+versions), `ours-hold` (this checkout with group.heartbeat.hold.ms=-1), `mock`. `--protocol
+classic` runs the same with classic members (JoinGroup/SyncGroup/Heartbeat, the client's own
+heartbeat interval, 3 s in librdkafka) for comparison.
 
-Prints one JSON object: per peer the hand-over times (s), their median and max, and how long the
-leaving member's close() took.
+Prints one JSON object: per peer and scenario the hand-over times (s), their median and max, and
+how long the leaving member's close() took.
 """
 
 from __future__ import annotations
@@ -96,7 +103,7 @@ def wait_until(predicate: Any, timeout: float = TIMEOUT) -> float | None:
     return None
 
 
-def run_once(peer: Peer, protocol: str) -> dict[str, Any]:
+def run_once(peer: Peer, protocol: str, scenario: str) -> dict[str, Any]:
     topic = "handover-" + uuid.uuid4().hex[:8]
     create_topic(peer, topic)
     producing = True
@@ -119,6 +126,12 @@ def run_once(peer: Peer, protocol: str) -> dict[str, Any]:
         if wait_until(lambda: covered(members)) is None:
             return {"error": "the group never covered the topic"}
         time.sleep(1.0)  # steady: committing, heartbeats at their pace
+        if scenario == "join":
+            t0 = time.perf_counter()
+            members.append(Member(peer.bootstrap, group, topic, protocol))
+            handover = wait_until(lambda: covered(members))
+            return {"handover_s": None if handover is None else round(handover, 3),
+                    "commits": sum(m.commits for m in members)}
         leaving, staying = members[-1], members[:-1]
         leaving.stop_polling()
         t0 = time.perf_counter()
@@ -143,22 +156,31 @@ def main() -> int:
     ap.add_argument("--peers", default="ours,mock")
     ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE", help="ours only")
     ap.add_argument("--protocol", default="consumer", choices=["consumer", "classic"])
+    ap.add_argument("--scenarios", default="leave", help="leave, join or both (leave,join)")
     a = ap.parse_args()
     names = [n for n in a.peers.split(",") if n]
+    scenarios = [s for s in a.scenarios.split(",") if s]
     peers: dict[str, Peer] = {}
     out: dict[str, Any] = {"members": MEMBERS, "partitions": PARTITIONS, "repeat": a.repeat,
                            "protocol": a.protocol, "peers": {}}
+    overrides = dict(kv.split("=", 1) for kv in a.override)
     try:
         for name in names:
             if name == "ours":
-                peers[name] = start_ours(dict(kv.split("=", 1) for kv in a.override))
+                peers[name] = start_ours(overrides)
+            elif name == "ours-hold":
+                peers[name] = start_ours({**overrides, "group.heartbeat.hold.ms": "-1"})
+            elif name.startswith("ours@"):  # another checkout's broker
+                peers[name] = start_ours(overrides, repo=Path(name[len("ours@"):]).resolve())
             elif name == "mock":
                 peers[name] = start_mock(duration=3600)
-        runs: dict[str, list[dict[str, Any]]] = {n: [] for n in peers}
+        runs: dict[str, list[dict[str, Any]]] = {"%s/%s" % (n, s): [] for n in peers for s in scenarios}
         for _ in range(a.repeat):
-            for name, peer in peers.items():  # alternating, so both see the same machine load
-                runs[name].append(run_once(peer, a.protocol))
-                print(name, runs[name][-1], file=sys.stderr, flush=True)
+            for scenario in scenarios:
+                for name, peer in peers.items():  # alternating, so all see the same machine load
+                    key = "%s/%s" % (name, scenario)
+                    runs[key].append(run_once(peer, a.protocol, scenario))
+                    print(key, runs[key][-1], file=sys.stderr, flush=True)
         for name, results in runs.items():
             times = [r["handover_s"] for r in results if r.get("handover_s") is not None]
             out["peers"][name] = {
@@ -168,7 +190,7 @@ def main() -> int:
                 "close_median_s": round(statistics.median(r["close_s"] for r in results if "close_s" in r), 3)
                 if any("close_s" in r for r in results) else None,
                 "errors": [r["error"] for r in results if "error" in r],
-                "info": peers[name].info,
+                "info": peers[name.rsplit("/", 1)[0]].info,
             }
     finally:
         for peer in peers.values():

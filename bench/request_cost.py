@@ -10,7 +10,8 @@ then sends it back to back for `--seconds` and reads the broker's CPU time from 
 difference between a request and DescribeCluster (which does next to nothing) is what its own
 handling costs; DescribeCluster itself is the price of the server path (socket, frame, decode,
 encode). The heartbeat is a classic group member's (joined and synced first), with
-group.heartbeat.hold.ms=0 so that it is answered at once rather than held. With several
+group.heartbeat.hold.ms=0 so that it is answered at once rather than held (the default since
+issue 25; set for older checkouts). With several
 `--root`s (checkouts of this repository) and `--rounds`, each round runs every checkout's broker
 in turn (the order alternating), so that versions compare in the same minutes of a noisy
 machine; the medians per checkout come last. `--root tansu` measures Tansu (bench/peers.py) the

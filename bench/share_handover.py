@@ -1,12 +1,14 @@
-"""Share-group hand-over after a leave, side by side: our broker with held share heartbeats (the
-default), ours with group.heartbeat.hold.ms=0 (Kafka's timing: every heartbeat answered at once)
-and librdkafka's mock cluster, all at the default share heartbeat interval (5 s).
+"""Share-group hand-over after a leave, side by side, alternating: our broker (every heartbeat
+answered at once, as Kafka does), ours with held share heartbeats (group.heartbeat.hold.ms=-1),
+another checkout's broker (`ours@DIR`) and librdkafka's mock cluster, all at the default share
+heartbeat interval (5 s).
 
 Two confluent-kafka ShareConsumers share a 2-partition topic; once each reads its own partition,
 B closes (a clean leave) and records keep arriving on B's partition every 20 ms; reported: the
 time from B's leave to A's first record of B's partition.
 
-    flock /work/notes/bench.lock python bench/share_handover.py [--repeat 3]
+    flock /work/notes/bench.lock python bench/share_handover.py [--repeat 3] [--targets ours,ours-hold,mock]
+    flock /work/notes/bench.lock python bench/share_handover.py --targets ours@../main,ours,mock
 
 Prints one JSON object (also written to bench/results/share_handover.json).
 """
@@ -92,34 +94,39 @@ def handover(bootstrap: str, topic: str, group: str) -> float | None:
             pass
 
 
-def run(target_name: str, repeat: int) -> list[float | None]:
-    out: list[float | None] = []
-    for _ in range(repeat):
-        topic, group = "handover-%s" % uuid.uuid4().hex[:8], "g-%s" % uuid.uuid4().hex[:8]
-        if target_name == "mock":
-            target = share_groups.start_mock([topic])
-        else:
-            props = {"group.heartbeat.hold.ms": "0"} if target_name == "ours-no-hold" else {}
-            peer = peers.start_ours(props)
-            target = share_groups.Target(target_name, peer.bootstrap, peer.pid, peer.stop, group_configs=True)
-        try:
-            if target.group_configs:
-                share_groups.prepare(target, topic, group, 0, 1, share=True)
-            out.append(handover(target.bootstrap, topic, group))
-        finally:
-            target.stop()
-    return out
+def run_once(target_name: str) -> float | None:
+    topic, group = "handover-%s" % uuid.uuid4().hex[:8], "g-%s" % uuid.uuid4().hex[:8]
+    if target_name == "mock":
+        target = share_groups.start_mock([topic])
+    else:
+        props = {"group.heartbeat.hold.ms": "-1"} if target_name == "ours-hold" else {}
+        repo = Path(target_name[len("ours@"):]).resolve() if target_name.startswith("ours@") else ROOT
+        peer = peers.start_ours(props, repo=repo)
+        target = share_groups.Target(target_name, peer.bootstrap, peer.pid, peer.stop, group_configs=True)
+    try:
+        if target.group_configs:
+            share_groups.prepare(target, topic, group, 0, 1, share=True)
+        return handover(target.bootstrap, topic, group)
+    finally:
+        target.stop()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--targets", default="ours,ours-hold,mock",
+                        help="ours, ours-hold (group.heartbeat.hold.ms=-1), ours@DIR (another checkout), mock")
     args = parser.parse_args()
+    names = [n for n in args.targets.split(",") if n]
+    runs: dict[str, list[float | None]] = {n: [] for n in names}
+    for _ in range(args.repeat):
+        for name in names:  # alternating, so that all see the same machine load
+            runs[name].append(run_once(name))
+            print(name, runs[name][-1], file=sys.stderr, flush=True)
     results: dict[str, Any] = {}
-    for name in ("ours", "ours-no-hold", "mock"):
-        runs = run(name, args.repeat)
-        done = [r for r in runs if r is not None]
-        results[name] = {"runs_s": runs, "median_s": round(statistics.median(done), 3) if done else None}
+    for name in names:
+        done = [r for r in runs[name] if r is not None]
+        results[name] = {"runs_s": runs[name], "median_s": round(statistics.median(done), 3) if done else None}
     text = json.dumps(results, indent=2)
     print(text)
     out = ROOT / "bench" / "results"

@@ -158,12 +158,14 @@ _PROPS: list[Prop] = [
          "Least time between two target assignments of a consumer group (Kafka 4.3; 0: at once, as Kafka 4.2)."),
     Prop("group.consumer.regex.refresh.interval.ms", "int", 600000,
          "How often the topics matching consumer groups' regular expressions are resolved again."),
-    Prop("group.heartbeat.hold.ms", "int", -1,
-         "Not in Kafka: the longest a group member's heartbeat is held until there is news for it (a "
-         "rebalance, partitions to take): members learn of changes at once instead of at their next "
-         "heartbeat. -1: automatic (a third of the session timeout up to 5 s for classic members, the "
-         "heartbeat interval less 1 s, or half of it, for consumer-protocol members); 0: answered at once, as Kafka "
-         "does."),
+    Prop("group.heartbeat.hold.ms", "int", 0,
+         "Not in Kafka: the longest a group member's heartbeat that brings nothing new is held until there is "
+         "news for it (a rebalance, partitions to take), so that members learn of changes before their next "
+         "heartbeat. 0 (default): every heartbeat is answered at once, as Kafka does; -1: as long as the clients "
+         "allow (a third of the session timeout up to 5 s for classic members, the heartbeat interval less 1 s, or "
+         "half of it, for consumer and share members). Beware: librdkafka keeps one heartbeat in flight per member, "
+         "so while one is held that member's next heartbeat (a new subscription, an acknowledged revocation, a "
+         "leave) waits for it."),
     Prop("group.consumer.migration.policy", "string", "bidirectional",
          "Online conversion between classic and consumer groups: bidirectional, upgrade, downgrade, disabled."),
     Prop("group.consumer.min.heartbeat.interval.ms", "int", 5000, "Smallest consumer group heartbeat interval."),

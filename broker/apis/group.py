@@ -136,8 +136,11 @@ async def handle_sync_group(ctx: RequestContext, request: M.SyncGroupRequest) ->
 
 def release_on_next_request(ctx: RequestContext, coordinator: GroupCoordinator, request: M.HeartbeatRequest
                             | M.ConsumerGroupHeartbeatRequest | M.ShareGroupHeartbeatRequest) -> None:
-    """A heartbeat may be held until its group changes: the server releases it when another
-    request arrives behind it on the connection (a commit, a LeaveGroup)."""
+    """With group.heartbeat.hold.ms on, a heartbeat may be held until its group changes: the
+    server releases it when another request arrives behind it on the connection (a commit, a
+    LeaveGroup). Off (the default), every heartbeat is answered at once: nothing to release."""
+    if not coordinator.config.holds_heartbeats:
+        return
     group_id, member_id = request.group_id, request.member_id
     ctx.release_on_next_request(lambda: coordinator.release_heartbeat(group_id, member_id))
 

@@ -36,13 +36,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import structlog
-
 from broker.apis.context import RequestContext
 from broker.apis.registry import api
 from broker.coordinator.share.records import ShareKey
 from broker.coordinator.share.shard import WriteState
 from broker.coordinator.share.state import StateBatch
+from broker.observability.logger import get_logger
 from broker.security.acl import AUTHORIZATION_MESSAGES
 from broker.security.authz import Op, authorize_cluster
 from protocol import messages as M
@@ -51,7 +50,7 @@ from protocol.errors import ErrorCode, KafkaError
 if TYPE_CHECKING:  # for annotations only
     from broker.coordinator.share import ShareCoordinator
 
-log = structlog.get_logger("broker.share")
+log = get_logger("broker.share")
 
 E = ErrorCode
 NOT_AVAILABLE = "Share coordinator is not available."

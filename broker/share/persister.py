@@ -45,16 +45,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-import structlog
-
 from broker.coordinator.share.coordinator import ShareCoordinator
 from broker.coordinator.share.records import ShareKey
 from broker.coordinator.share.shard import WriteState
 from broker.coordinator.share.state import NO_LEADER_EPOCH, ShareGroupOffset, StateBatch
+from broker.observability.logger import get_logger
 from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
 
-log = structlog.get_logger("broker.share")
+log = get_logger("broker.share")
 
 E = ErrorCode
 T = TypeVar("T")

@@ -1,5 +1,5 @@
-"""Real clients against held heartbeats (group.heartbeat.hold.ms), with holds far longer than
-anything the tests wait for: a heartbeat is held for up to a third of a 45 s session (classic)
+"""Real clients against held heartbeats (group.heartbeat.hold.ms, off by default and turned on
+here), with holds far longer than anything the tests wait for: a heartbeat is held for up to a third of a 45 s session (classic)
 or all but a second of a 30 s heartbeat interval (consumer protocol).
 
 Members learn of a rebalance as soon as it starts (a join, a leave): were that broken, the

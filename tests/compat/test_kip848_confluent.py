@@ -238,8 +238,10 @@ def test_mixed_classic_and_consumer_members(kafka: BrokerProcess, topic_name: st
 
 def test_literal_topics_are_assigned_before_the_regex_topics(kafka: BrokerProcess, topic_name: str,
                                                               group_id: str) -> None:
-    """Kafka resolves a regex asynchronously: a consumer subscribed to a literal topic and a regex
-    gets the literal topic's partitions first, the regex's a little later."""
+    """Kafka resolves a regex asynchronously, after the heartbeat's answer: a consumer subscribed
+    to a literal topic and a new regex gets the literal topic's partitions first, the regex's at a
+    later heartbeat. (Here a new group's first assignment waits for its initial delay; the regex
+    is resolved at the first heartbeat after it, never before: the order is deterministic.)"""
     literal, matched = topic_name + "-lit", topic_name + "-rxo-1"
     create_topic(kafka, literal, 2)
     create_topic(kafka, matched, 2)

@@ -24,8 +24,8 @@ E = ErrorCode
 REQ = M.ConsumerGroupHeartbeatRequest
 
 CONFIG = GroupCoordinatorConfig(num_partitions=1, consumer_heartbeat_interval_ms=5000,
-                                consumer_session_timeout_ms=45000, consumer_unreleased_wait_ms=0,
-                                heartbeat_hold_ms=0, classic_min_initial_delay_ms=0)
+                                consumer_session_timeout_ms=45000, consumer_initial_assignment_delay_ms=0,
+                                classic_min_initial_delay_ms=0)
 
 
 def tid(name: str) -> uuid.UUID:

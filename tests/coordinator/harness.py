@@ -26,8 +26,7 @@ from protocol.errors import ErrorCode
 START_MS = 1_700_000_000_000
 E = ErrorCode
 
-TEST_CONFIG = GroupCoordinatorConfig(num_partitions=1, initial_rebalance_delay_ms=3000, heartbeat_hold_ms=0,
-                                     classic_min_initial_delay_ms=0)
+TEST_CONFIG = GroupCoordinatorConfig(num_partitions=1, initial_rebalance_delay_ms=3000, classic_min_initial_delay_ms=0)
 
 
 def sub(*topics: str) -> bytes:

@@ -60,7 +60,8 @@ def check_invariants(h: ConsumerHarness, clients: list[Client], live: list[bool]
             assert held.get(tp) == member_id, (tp, member_id, held.get(tp))
 
 
-WAITING = dataclasses.replace(CONFIG, consumer_unreleased_wait_ms=2000, consumer_initial_assignment_delay_ms=300)
+WAITING = dataclasses.replace(CONFIG, heartbeat_hold_ms=-1, consumer_unreleased_wait_ms=2000,
+                              consumer_initial_assignment_delay_ms=300)
 
 
 @pytest.mark.parametrize("config", [CONFIG, WAITING], ids=["answered-at-once", "held-heartbeats"])

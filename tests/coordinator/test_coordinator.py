@@ -81,16 +81,20 @@ async def test_group_life_and_restart() -> None:
     code, listed = await coordinator.list_groups([], [])
     assert code == E.NONE and [g.group_id for g in listed] == ["g"]
     assert await coordinator.group_counts() == {"Stable": 1}
+    # by default a heartbeat is answered at once, as Kafka does
+    answered = await asyncio.wait_for(coordinator.heartbeat(
+        M.HeartbeatRequest(group_id="g", generation_id=gen, member_id=follower)), 5)
+    assert answered.error_code == E.NONE
 
-    # A broker restart: a new coordinator loads the same log.
+    # A broker restart (holding heartbeats now): a new coordinator loads the same log.
     await coordinator.stop()
-    coordinator = create_group_coordinator(writer, CONFIG, clock)
+    coordinator = create_group_coordinator(writer, {**CONFIG, "group.heartbeat.hold.ms": "-1"}, clock)
     await coordinator.start()
     d = (await coordinator.describe_groups(["g"], 5))[0]
     assert d.group_state == "Stable" and d.protocol_data == "range"
     assert {m.member_id: m.member_assignment for m in d.members} == {leader: leader.encode(),
                                                                      follower: follower.encode()}
-    # A heartbeat of a stable group is held until the group changes, or until another request
+    # With holds on, a heartbeat of a stable group is held until the group changes, or until another request
     # arrives on the member's connection: the server then asks the coordinator to release it.
     held = asyncio.ensure_future(coordinator.heartbeat(
         M.HeartbeatRequest(group_id="g", generation_id=gen, member_id=follower)))

@@ -12,6 +12,7 @@ import pytest
 
 from broker.coordinator.group.config import GroupCoordinatorConfig
 from broker.coordinator.group.consumer_wait import carries_change
+from broker.coordinator.group.held import MAX_LOOKS_AT_ONCE, HeldBook
 from broker.coordinator.group.member import ConsumerGroupMember
 from broker.coordinator.group.share_wait import carries_change as share_carries_change
 from broker.coordinator.result import Deferred
@@ -41,16 +42,17 @@ def h() -> ShardHarness:
 
 
 def test_hold_lengths() -> None:
-    auto = GroupCoordinatorConfig()
+    auto = GroupCoordinatorConfig.from_values({"group.heartbeat.hold.ms": "-1"})
     assert (auto.classic_hold_ms(10000), auto.classic_hold_ms(45000)) == (3333, 5000)
     assert (auto.steady_hold_ms, auto.unreleased_wait_ms) == (4000, 2500)
     capped = GroupCoordinatorConfig(heartbeat_hold_ms=60000)
     assert (capped.classic_hold_ms(45000), capped.classic_hold_ms(300000), capped.steady_hold_ms) == (15000, 60000,
                                                                                                        4000)
-    off = GroupCoordinatorConfig.from_values({"group.heartbeat.hold.ms": "0"})
-    assert (off.classic_hold_ms(45000), off.steady_hold_ms, off.unreleased_wait_ms, off.initial_assignment_delay_ms) \
-        == (0, 0, 0, 0)
-    assert GroupCoordinatorConfig(consumer_heartbeat_interval_ms=1000).steady_hold_ms == 500
+    # off unless turned on, as Kafka answers every heartbeat at once (the initial delay stays)
+    for off in (GroupCoordinatorConfig(), GroupCoordinatorConfig.from_values({"group.heartbeat.hold.ms": "0"})):
+        assert (off.classic_hold_ms(45000), off.steady_hold_ms, off.unreleased_wait_ms) == (0, 0, 0)
+        assert off.initial_assignment_delay_ms == 200
+    assert GroupCoordinatorConfig(heartbeat_hold_ms=-1, consumer_heartbeat_interval_ms=1000).steady_hold_ms == 500
 
 
 def test_classic_heartbeat_is_answered_at_the_deadline_and_renews_the_session(h: ShardHarness) -> None:
@@ -341,3 +343,29 @@ def test_a_waiting_member_bringing_a_change_is_answered_at_once() -> None:
     again = h.hb("b", 2, owned={})
     assert isinstance(again, Deferred) and not again.done()
     del t
+
+
+# ----- looking at held heartbeats again ---------------------------------------------------------
+def test_a_held_static_member_leaving_for_a_while_gets_its_heartbeat_answered_once() -> None:
+    """With holds on: the held heartbeat of a static member that leaves temporarily (epoch -2) is
+    answered by the leave. It used to be looked at again as a leave, each look writing the leave
+    anew and waking itself (the coordinator spun at one instant)."""
+    config = dataclasses.replace(CONSUMER_CONFIG, heartbeat_hold_ms=-1)
+    h = ConsumerHarness(config)
+    h.allow_held = True
+    t = h.topic("t", 2)
+    s = h.cjoin("s", ["t"], instance="i")
+    held = h.hb("s", s.member_epoch, owned={t: [0, 1]}, instance="i")
+    assert isinstance(held, Deferred) and not held.done()
+    logged = len(h.log)
+    assert h.hb("s", -2, instance="i").error_code == E.NONE
+    h.advance(0)
+    assert held.done()
+    assert len(h.log) == logged + 1  # the one leave record
+
+
+def test_held_book_backstop() -> None:
+    book: HeldBook[Any] = HeldBook(ConsumerHarness().timer)
+    assert not any(book.looked_too_often("g", "m", 5) for _ in range(MAX_LOOKS_AT_ONCE))
+    assert book.looked_too_often("g", "m", 5)
+    assert not book.looked_too_often("g", "m", 6)  # a new instant

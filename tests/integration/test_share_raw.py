@@ -396,12 +396,15 @@ def test_heartbeat_settings_of_group_configs_reach_live_members(broker: BrokerTh
         return response
 
     def consumer_join(member: str) -> Any:
-        """The interval a joining member is told: a join is answered at once, one that waits for
-        the group's first assignment asked back soon (its next heartbeat tells the interval)."""
-        joined = heartbeat(member, 0, [s.topic])
-        if joined.heartbeat_interval_ms > 500:
-            return joined
-        return heartbeat(member, joined.member_epoch, None)
+        """The interval a joining member is told once it is in the group: a join that waits for
+        the group's first assignment is asked back when that is due (and comes back then, as a
+        client does)."""
+        response = heartbeat(member, 0, [s.topic])
+        deadline = time.monotonic() + 10
+        while response.heartbeat_interval_ms <= 500 and time.monotonic() < deadline:
+            time.sleep(response.heartbeat_interval_ms / 1000)
+            response = heartbeat(member, response.member_epoch, None)
+        return response
 
     assert consumer_join(uuid.uuid4().hex[:22]).heartbeat_interval_ms == 5000
     R = M.IncrementalAlterConfigsRequest

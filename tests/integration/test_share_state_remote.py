@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from broker.testing.interbroker import NodeClient
 
 from broker.coordinator.share import StateBatch, WriteState
 from broker.coordinator.share.records import ShareKey
 from broker.share.persister import Backoff, RemoteSharePersister, ShareStateRouter
-from broker.testing.interbroker import NodeClient
 from protocol.errors import ErrorCode, KafkaError
 from tests.integration.test_server_support import BrokerThread
 from tests.integration.test_share_raw import Share, ack_batch, acquired, partition_of

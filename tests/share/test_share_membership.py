@@ -24,6 +24,7 @@ from tests.coordinator.harness import ShardHarness
 E = ErrorCode
 REQ = M.ShareGroupHeartbeatRequest
 CONFIG = GroupCoordinatorConfig(num_partitions=1, share_session_timeout_ms=10_000, share_heartbeat_interval_ms=2000)
+HOLDING = dataclasses.replace(CONFIG, heartbeat_hold_ms=-1)  # group.heartbeat.hold.ms turned on
 T1 = uuid.uuid5(uuid.NAMESPACE_DNS, "t1")
 T2 = uuid.uuid5(uuid.NAMESPACE_DNS, "t2")
 
@@ -164,8 +165,15 @@ def test_the_classic_describe_groups_answers_a_share_group_as_kafka_does() -> No
     assert (v5.error_code, v5.group_state) == (E.NONE, "Dead")
 
 
-def test_a_heartbeat_with_nothing_new_is_held_until_the_group_changes() -> None:
+def test_every_share_heartbeat_is_answered_at_once_by_default() -> None:
     h = ShareHarness()
+    h.hb("m1", 0, ["t1"])
+    steady = h.hb("m1", 1)
+    assert not isinstance(steady, Deferred) and (steady.assignment, steady.heartbeat_interval_ms) == (None, 2000)
+
+
+def test_a_heartbeat_with_nothing_new_is_held_until_the_group_changes() -> None:
+    h = ShareHarness(config=HOLDING)
     h.hb("m1", 0, ["t1"])
     h.hb("m2", 0, ["t1"])
     assert assigned(h.hb("m1", 1)) == {T1: [0]}  # m1 learns it shares the topic with m2: not held
@@ -184,7 +192,7 @@ def test_a_heartbeat_with_nothing_new_is_held_until_the_group_changes() -> None:
 
 
 def test_a_held_share_heartbeat_released_by_another_request_asks_the_member_back_soon() -> None:
-    h = ShareHarness()
+    h = ShareHarness(config=HOLDING)
     h.hb("m1", 0, ["t1"])
     held = h.hb("m1", 1)
     assert isinstance(held, Deferred) and not held.done()
@@ -202,7 +210,7 @@ def test_a_held_share_heartbeat_released_by_another_request_asks_the_member_back
 def test_a_share_heartbeat_bringing_a_change_is_answered_at_once() -> None:
     """Kafka answers every heartbeat at once; one that brings the client's change (even a
     subscription to the same topics, which writes nothing) is not held: its client waits for it."""
-    h = ShareHarness()
+    h = ShareHarness(config=HOLDING)
     h.hb("m1", 0, ["t1"])
     assert isinstance(h.hb("m1", 1), Deferred)  # nothing new: held
     h.advance(1000)

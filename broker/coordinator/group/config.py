@@ -48,21 +48,25 @@ class GroupCoordinatorConfig:
     # member to join; the others then force a second rebalance, which librdkafka joins at most once
     # a second: five consumers started together take over a second instead of a fifth of one.
     classic_min_initial_delay_ms: int = 200
-    # group.heartbeat.hold.ms (not in Kafka): the longest a member's heartbeat is held until there
-    # is something to tell it (membership.py, consumer_wait.py); -1: automatic, 0: answered at once.
-    heartbeat_hold_ms: int = -1
-    # Not a Kafka setting: how long a heartbeat of a member waiting for partitions still owned by
-    # another may be held back (consumer_wait.py); -1: half the heartbeat interval, at most 2.5 s.
+    # group.heartbeat.hold.ms (not in Kafka): the longest a member's heartbeat with nothing new is
+    # held until there is something to tell it (membership.py, consumer_wait.py, share_wait.py).
+    # 0 (the default): every heartbeat is answered at once, as Kafka does; -1: as long as the
+    # clients allow. librdkafka sends nothing else to the coordinator while a heartbeat is held.
+    heartbeat_hold_ms: int = 0
+    # Not a Kafka setting: with holds on, how long a heartbeat of a member waiting for partitions
+    # still owned by another may be held (consumer_wait.py); -1: half the heartbeat interval, at
+    # most 2.5 s (and at most group.heartbeat.hold.ms).
     consumer_unreleased_wait_ms: int = -1
 
-    # Not a Kafka setting: how long the heartbeat of a stable member with nothing new may be held
-    # until there is (consumer_wait.py); -1: 1 s less than the heartbeat interval (half of it under 2 s).
+    # Not a Kafka setting: with holds on, how long the heartbeat of a stable member with nothing
+    # new may be held (consumer_wait.py); -1: 1 s less than the heartbeat interval (half of it
+    # under 2 s; at most group.heartbeat.hold.ms).
     consumer_steady_hold_ms: int = -1
 
     # Not a Kafka setting: the first target assignment of a group that was empty waits this long
     # for other members to join (as Kafka's group.streams.initial.rebalance.delay.ms does for
-    # streams groups), the joins being answered at once and the members asked back when it is due
-    # (their next heartbeats held until it); -1: 200 ms, within the wait above.
+    # streams groups); the joins are answered at once and asked back when it is due
+    # (heartbeat_interval.py); -1: 200 ms.
     consumer_initial_assignment_delay_ms: int = -1
 
     @property
@@ -70,12 +74,18 @@ class GroupCoordinatorConfig:
         """How long a new classic group waits for members before its first join completes."""
         return max(self.initial_rebalance_delay_ms, self.classic_min_initial_delay_ms)
 
+    @property
+    def holds_heartbeats(self) -> bool:
+        """Whether any heartbeat may be held (group.heartbeat.hold.ms, or a hold set directly)."""
+        return self.heartbeat_hold_ms != 0 or self.consumer_unreleased_wait_ms > 0 or self.consumer_steady_hold_ms > 0
+
     def _hold(self, cap: int) -> int:
         return cap if self.heartbeat_hold_ms < 0 else min(cap, self.heartbeat_hold_ms)
 
     def classic_hold_ms(self, session_timeout_ms: int) -> int:
-        """How long a classic member's heartbeat may be held (membership.py): a third of its
-        session timeout at most (the clients' request timeouts are longer), 5 s by default."""
+        """How long a classic member's heartbeat may be held (membership.py; 0: not at all): a
+        third of its session timeout at most (the clients' request timeouts are longer), 5 s
+        when the hold is -1."""
         return min(session_timeout_ms // 3, 5000 if self.heartbeat_hold_ms < 0 else self.heartbeat_hold_ms)
 
     @property
@@ -97,7 +107,7 @@ class GroupCoordinatorConfig:
     def initial_assignment_delay_ms(self) -> int:
         if self.consumer_initial_assignment_delay_ms >= 0:
             return self.consumer_initial_assignment_delay_ms
-        return min(200, self.unreleased_wait_ms // 2)  # no delay when joins are not held
+        return 200
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> GroupCoordinatorConfig:

@@ -6,7 +6,8 @@ member and bumps the group epoch when its subscription or the subscribed topics'
 changed, (2) computes a new target assignment when the group epoch is ahead of the assignment
 epoch, (3) reconciles the member towards its target (reconciliation.py). Handlers only write
 records; `replay` applies them (for fresh records and at load alike). Timers, in-memory
-deadlines and held responses (consumer_wait.py) are the only other effects.
+deadlines and, when a user turns holds on, held responses (consumer_wait.py) are the only other
+effects. Every answer says when to come back (heartbeat_interval.py).
 
 Timer keys: "session-timeout-<group>-<member>" (fences a member that stops heartbeating),
 "rebalance-timeout-<group>-<member>" (fences a member that does not revoke in time),
@@ -38,6 +39,7 @@ from broker.coordinator.group.consumer import (
 )
 from broker.coordinator.group.consumer_classic import ClassicMembers, new_member_id
 from broker.coordinator.group.consumer_wait import HeldHeartbeats, carries_change
+from broker.coordinator.group.heartbeat_interval import Heard, next_heartbeat_ms
 from broker.coordinator.group.member import (
     EMPTY,
     Assignment,
@@ -165,6 +167,10 @@ class ConsumerGroupManager:
         self.classic_members: ClassicMembers | None = None  # set by the shard: classic members, migration
         self.waits = HeldHeartbeats(self, config.unreleased_wait_ms, config.steady_hold_ms,
                                     config.consumer_heartbeat_interval_ms)
+        # group id -> member id -> the last answer it got (heartbeat_interval.py; in memory only)
+        self.heard: dict[str, dict[str, Heard]] = {}
+        # group id -> when the target assignment a timer waits for is computed
+        self.assignment_due: dict[str, int] = {}
         # group id -> (session timeout, heartbeat interval): the group's configs over the broker's
         self.session_settings: Callable[[str], tuple[int, int]] = (
             lambda group_id: (config.consumer_session_timeout_ms, config.consumer_heartbeat_interval_ms))
@@ -239,7 +245,7 @@ class ConsumerGroupManager:
             group_epoch = self.update_metadata(group, members_after.values(), bump, records)
 
         # 2. The target assignment, when the group epoch moved past it.
-        delayed = self._maybe_delay_initial_assignment(group, group_epoch)
+        delayed = self._maybe_delay_initial_assignment(group, group_epoch, now)
         if group_epoch > group.assignment_epoch and delayed:
             # The first members of the group wait for the others: nothing assigned yet.
             target_epoch, target_of_member = max(1, group.assignment_epoch), EMPTY
@@ -256,24 +262,38 @@ class ConsumerGroupManager:
                                         records)
         self.schedule_session_timeout(group_id, updated.member_id)
 
-        response = HB(member_id=updated.member_id, member_epoch=updated.member_epoch,
-                      heartbeat_interval_ms=self.session_settings(group_id)[1])
+        # 4. When to come back: the group's interval, or sooner when something is coming.
+        interval = next_heartbeat_ms(group, updated, target_of_member, self.heard.get(group_id, {}), now,
+                                     self.session_settings(group_id)[1], self._assignment_due(group_id),
+                                     self.timer.is_scheduled(regex_key(group_id)))
+        response = HB(member_id=updated.member_id, member_epoch=updated.member_epoch, heartbeat_interval_ms=interval)
         full_request = (request.rebalance_timeout_ms != -1 and request.topic_partitions is not None
                         and (request.subscribed_topic_names is not None or request.subscribed_topic_regex is not None))
         if joining or full_request or updated.assigned != member.assigned:
             response.assignment = _response_assignment(updated.assigned)
         if records:
             self.waits.group_changed(group_id, except_member=None if may_wait else updated.member_id)
+        # group.heartbeat.hold.ms (off by default): a heartbeat with nothing new may be held.
         hold_ms = self.waits.hold_ms(group_id, updated, request, response.assignment is not None) if may_wait else 0
         if hold_ms > 0 and carries_change(request, member):
             # The client waits to hear back: answered now, and asked back soon to be held then.
-            hold_ms, response.heartbeat_interval_ms = 0, self.back_soon_ms(group_id)
+            hold_ms = 0
+            response.heartbeat_interval_ms = min(response.heartbeat_interval_ms, self.back_soon_ms(group_id))
         if hold_ms > 0:
             held = self.waits.hold(group_id, updated, request, info, member.assigned, response, hold_ms)
             return CoordinatorResult(records=records, response=held)
         if may_wait:
-            self.waits.answered(group_id, updated.member_id, response)
+            self.answered(group_id, updated.member_id, response, now)
         return CoordinatorResult(records=records, response=response)
+
+    def answered(self, group_id: str, member_id: str, response: Any, now: int) -> None:
+        """The member is given `response` now: when it comes back depends on it."""
+        self.heard.setdefault(group_id, {})[member_id] = Heard(now, response.heartbeat_interval_ms)
+        self.waits.answered(group_id, member_id, response)
+
+    def _assignment_due(self, group_id: str) -> int | None:
+        """When the target assignment a timer waits for is computed (None: none waits)."""
+        return self.assignment_due.get(group_id) if self.assignment_pending(group_id) else None
 
     def _get_or_maybe_create_group(self, group_id: str, create: bool, records: list[Record]) -> ConsumerGroup:
         """The group, or a new one (materialised when its first records are replayed)."""
@@ -348,6 +368,7 @@ class ConsumerGroupManager:
                         new: ConsumerGroupMember) -> None:
         g = group.group_id
         self._remove_member_records(records, g, old.member_id)  # its timers expire harmlessly
+        self.heard.get(g, {}).pop(old.member_id, None)
         records.append(self.member_record(g, new))
         records.append(target_assignment_record(
             g, new.member_id, partitions_by_topic(group.target_assignment.get(old.member_id, EMPTY))))
@@ -409,18 +430,27 @@ class ConsumerGroupManager:
         return out
 
     # ----- target assignment --------------------------------------------------------------
-    def _maybe_delay_initial_assignment(self, group: ConsumerGroup, group_epoch: int) -> bool:
+    def _maybe_delay_initial_assignment(self, group: ConsumerGroup, group_epoch: int, now: int) -> bool:
         """Whether the group's target assignment waits for its initial delay (starting it when
         the first member joins a group that was empty)."""
         key = initial_assignment_key(group.group_id)
         if self.timer.is_scheduled(key):
-            return True
+            if now < self.assignment_due.get(group.group_id, now):
+                return True
+            self.timer.cancel(key)  # due: computed by this heartbeat (its timer has not run yet)
+            return False
         delay = self.config.initial_assignment_delay_ms
         if delay <= 0 or group.members or group_epoch <= group.assignment_epoch:
             return False
         group_id = group.group_id
         self.timer.schedule(key, delay, lambda shard, now: shard.consumer.delayed_assignment(group_id, now))
+        self.assignment_due[group_id] = now + delay
         return True
+
+    def first_assignment_pending(self, group: ConsumerGroup) -> bool:
+        """The group's first target assignment waits for its initial delay (or is about to)."""
+        return self.timer.is_scheduled(initial_assignment_key(group.group_id)) or (
+            not group.members and self.config.initial_assignment_delay_ms > 0)
 
     def assignment_pending(self, group_id: str) -> bool:
         """A target assignment is about to be computed by a timer."""
@@ -444,11 +474,13 @@ class ConsumerGroupManager:
         if not self.timer.is_scheduled(assignment_key(group_id)):
             self.timer.schedule(assignment_key(group_id), group.last_assignment_ms + interval - now,
                                 lambda shard, now_: shard.consumer.delayed_assignment(group_id, now_))
+            self.assignment_due[group_id] = group.last_assignment_ms + interval
         return False
 
     def delayed_assignment(self, group_id: str, now: int) -> Result:
         group = self.consumer_group(group_id)
         records: list[Record] = []
+        self.assignment_due.pop(group_id, None)
         if group is not None and group.members and group.group_epoch > group.assignment_epoch:
             self.update_target_assignment(group, group.group_epoch, group.members, records, now)
             self.waits.group_changed(group_id)  # members waiting for it look again
@@ -480,6 +512,8 @@ class ConsumerGroupManager:
         records.append(target_assignment_epoch_record(group.group_id, epoch))
         group.last_assignment_ms = now
         self.timer.cancel(assignment_key(group.group_id))
+        self.timer.cancel(initial_assignment_key(group.group_id))
+        self.assignment_due.pop(group.group_id, None)
         log.info("computed a new target assignment", group_id=group.group_id, epoch=epoch, assignor=assignor.name,
                  members=len(specs))
         return target
@@ -541,13 +575,13 @@ class ConsumerGroupManager:
         require_refresh = (require_refresh or len(regexes) != len(group.resolved_regexes)
                            or group.last_regex_version() < self.last_version_with_new_topics
                            or now > last + self.config.consumer_regex_refresh_interval_ms)
-        if require_refresh and regexes:
+        if require_refresh and regexes and not self.first_assignment_pending(group):
+            # Kafka resolves regexes in the background, after the heartbeat's answer: a member
+            # gets the literal topics of its subscription first. A new group's first assignment
+            # waits for its initial delay here: its regexes are resolved at the first heartbeat
+            # after it (a later heartbeat sees `require_refresh` again).
             group_id = group.group_id
-            # Kafka resolves regexes in the background: a member gets the literal topics of its
-            # subscription first. A group's first assignment waits for its initial delay here, so
-            # its regexes are resolved once that assignment is out (one more delay), not before.
-            delay = 2 * self.config.initial_assignment_delay_ms if not group.members else 0
-            self.timer.schedule(key, delay, lambda shard, now_: shard.consumer.refresh_regexes(group_id, regexes, now_))
+            self.timer.schedule(key, 0, lambda shard, now_: shard.consumer.refresh_regexes(group_id, regexes, now_))
         return result
 
     def resolve(self, regexes: Iterable[str]) -> dict[str, frozenset[str]]:
@@ -628,6 +662,7 @@ class ConsumerGroupManager:
             log.info("static member temporarily left the consumer group", group_id=group.group_id,
                      member_id=member.member_id, instance_id=request.instance_id)
             leaving = dataclasses.replace(member, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH, pending_revocation=EMPTY)
+            self.waits.member_gone(group.group_id, member.member_id)
             self.waits.group_changed(group.group_id)
             return CoordinatorResult(records=[leaving.current_assignment_record(group.group_id)],
                                      response=HB(member_id=member.member_id,
@@ -698,6 +733,7 @@ class ConsumerGroupManager:
     def _cancel_timers(self, group_id: str, member_id: str) -> None:
         self.timer.cancel(session_timeout_key(group_id, member_id))
         self.timer.cancel(rebalance_timeout_key(group_id, member_id))
+        self.heard.get(group_id, {}).pop(member_id, None)
 
     def cancel_group_timers(self, group: ConsumerGroup) -> None:
         for member_id in group.members:
@@ -705,6 +741,8 @@ class ConsumerGroupManager:
         self.timer.cancel(regex_key(group.group_id))
         self.timer.cancel(assignment_key(group.group_id))
         self.timer.cancel(initial_assignment_key(group.group_id))
+        self.assignment_due.pop(group.group_id, None)
+        self.heard.pop(group.group_id, None)
 
     # ----- ConsumerGroupDescribe ----------------------------------------------------------
     def describe(self, group_ids: list[str]) -> list[Any]:

@@ -1,39 +1,28 @@
-"""Heartbeats of members with nothing to do are held back until there is something to tell them.
+"""Held ConsumerGroupHeartbeats: only when a user turns them on (group.heartbeat.hold.ms).
 
-Kafka answers every ConsumerGroupHeartbeat at once, so a member learns of a change (partitions
-it waited for are released, another member left and its partitions are to be taken over) only at
-its next heartbeat, a whole heartbeat interval later (5 s by default). Here two kinds of
-heartbeat are held:
+By default every heartbeat is answered at once, as Kafka answers it, and a member waiting for
+something gets a shorter HeartbeatIntervalMs (heartbeat_interval.py). With
+`group.heartbeat.hold.ms` set (> 0: at most that long; -1: as long as the clients allow), two
+kinds of heartbeat are held instead:
 
 - a member waiting in UNRELEASED_PARTITIONS, or for a target assignment a timer is about to
   compute: for at most `wait_ms`;
-- a member that is STABLE and gets no new assignment: for at most `steady_ms` (1 s less than the
-  heartbeat interval, which librdkafka uses as the request's timeout; half of it under 2 s).
+- a member that is STABLE and gets no new assignment: for at most `steady_ms`.
 
 A held heartbeat is answered as soon as the member's state changes (records were written for its
 group, or its topics changed), when another request arrives on its connection (the API handler
 registers `GroupCoordinator.release_heartbeat` with the server), or at its deadline: the response
-is exactly what the member would get by heartbeating again at that moment. The clients cannot
-tell: a heartbeat response merely takes longer; librdkafka times its next heartbeat from when it
-sent the last one, so the rate of heartbeats does not change.
+is exactly what the member would get by heartbeating again at that moment. librdkafka times a
+heartbeat out after the interval it was last given, so every hold stays below that interval
+(`hold_cap`), per member; one released early by another request asks the member back within
+`QUICK_INTERVAL_MS`. A heartbeat carrying a change from the client (a join, a new subscription,
+another rebalance timeout, assignor or rack, an owned-partitions list other than what the
+coordinator has: `carries_change`) is answered at once.
 
-A member that commits is released early all the time (its commits queue behind the held
-heartbeat), and would then hear of changes only at its next heartbeat, an interval later. So a
-heartbeat released early by another request tells the member to come back soon
-(HeartbeatIntervalMs `quick_ms`, 500 ms): its next heartbeat is held again, and a member that
-commits is nearly always held. librdkafka times a heartbeat request out after the interval it
-was last given, so every hold stays below that interval (`hold_cap`), per member.
-
-Only a heartbeat that brings nothing new is held. One carrying a change from the client (a join,
-a new subscription, another rebalance timeout, assignor or rack, an owned-partitions list other
-than what the coordinator has) is its client waiting for the coordinator's view of that change:
-it is answered at once, as Kafka answers every heartbeat (`carries_change`, field by field). A
-client sends those fields only when they changed (librdkafka's
-rd_kafka_cgrp_consumer_group_heartbeat: on joining, after an error, with a new subscription, or
-acknowledging an assignment; the Java client likewise, but for InstanceId that it always sends).
-When such a heartbeat would otherwise have been held (the member waits for partitions or for an
-assignment, or is stable), its answer asks the member back within `quick_ms`, as an early
-release does: that next heartbeat, with nothing new, is held, so a hand-over stays prompt.
+The trap: librdkafka keeps one heartbeat in flight per member, so while one is held, its next
+heartbeat (a new subscription, an acknowledged revocation, a leave) cannot even be sent: it
+waits for the hold. A member waiting for partitions is held until they are free, but the others
+hear of a join, a subscription change or a commit's revocation only when their own hold ends.
 
 Timer keys: "unreleased-wait-<group>-<member>" (the deadline), "unreleased-wake-<group>-<member>"
 (a re-check after the group changed).
@@ -45,6 +34,7 @@ import dataclasses
 from typing import Any, Protocol
 
 from broker.coordinator.group.consumer import ConsumerGroup
+from broker.coordinator.group.heartbeat_interval import QUICK_INTERVAL_MS
 from broker.coordinator.group.held import HeldBook
 from broker.coordinator.group.member import Assignment, ConsumerGroupMember, MemberState, assignment_of, union
 from broker.coordinator.group.membership import RequestInfo
@@ -56,9 +46,6 @@ from protocol.errors import ErrorCode, KafkaError
 
 REQ = M.ConsumerGroupHeartbeatRequest
 Result = CoordinatorResult[Any]
-
-
-QUICK_INTERVAL_MS = 500  # HeartbeatIntervalMs of a heartbeat released early by another request
 
 
 def hold_cap(interval_ms: int) -> int:
@@ -91,9 +78,6 @@ def wait_key(group_id: str, member_id: str) -> str:
     return "unreleased-wait-%s-%s" % (group_id, member_id)
 
 
-MAX_LOOKS_AT_ONCE = 8  # looks at one held heartbeat in the same millisecond before it is answered
-
-
 def wake_key(group_id: str, member_id: str) -> str:
     return "unreleased-wake-%s-%s" % (group_id, member_id)
 
@@ -119,6 +103,8 @@ class ConsumerGroupManager(Protocol):
 
     def heartbeat(self, request: Any, info: RequestInfo, now: int, may_wait: bool = True) -> Result: ...
 
+    def answered(self, group_id: str, member_id: str, response: Any, now: int) -> None: ...
+
 
 class HeldHeartbeats(HeldBook[Waiting]):
     owner = "consumer"
@@ -130,15 +116,9 @@ class HeldHeartbeats(HeldBook[Waiting]):
         self.steady_ms = steady_ms
         self.interval_ms = interval_ms  # group.consumer.heartbeat.interval.ms
         self.quick_ms = min(QUICK_INTERVAL_MS, interval_ms)
-        # (group, member) -> (time, looks at that time): see MAX_LOOKS_AT_ONCE
-        self._looks: dict[tuple[str, str], tuple[int, int]] = {}
 
     def hold_key(self, group_id: str, member_id: str) -> str:
         return wait_key(group_id, member_id)
-
-    def release(self, group_id: str, member_id: str) -> None:
-        super().release(group_id, member_id)
-        self._looks.pop((group_id, member_id), None)
 
     def wake_key(self, group_id: str, member_id: str) -> str:
         return wake_key(group_id, member_id)
@@ -181,13 +161,7 @@ class HeldHeartbeats(HeldBook[Waiting]):
         waiting = self.waiting.get(group_id, {}).get(member_id)
         if waiting is None:
             return CoordinatorResult()
-        # Held members woken by each other's records could look again for ever at one instant
-        # (each look writing records that wake the other): past a few looks the heartbeat is
-        # answered, which is always correct (Kafka answers every heartbeat at once).
-        last_at, looks = self._looks.get((group_id, member_id), (now, 0))
-        looks = looks + 1 if last_at == now else 1
-        self._looks[(group_id, member_id)] = (now, looks)
-        final = final or looks > MAX_LOOKS_AT_ONCE
+        final = self.looked_too_often(group_id, member_id, now) or final
         group = self.m.consumer_group(group_id)
         member = group.members.get(member_id) if group is not None else None
         if member is None:
@@ -219,8 +193,8 @@ class HeldHeartbeats(HeldBook[Waiting]):
         else:
             response.assignment = None
         if early:
-            response.heartbeat_interval_ms = self.quick_ms
-        self.answered(group_id, member_id, response)
+            response.heartbeat_interval_ms = min(self.quick_ms, response.heartbeat_interval_ms)
+        self.m.answered(group_id, member_id, response, now)
         deferred = waiting.deferred
 
         def answer() -> None:

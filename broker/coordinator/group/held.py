@@ -1,8 +1,10 @@
 """The book of held heartbeats that KIP-848 and share groups share (consumer_wait.py, share_wait.py).
 
-A held heartbeat waits, per group and member, with a deadline timer (the hold key) and, once its
-group changed, a timer that looks at it again (the wake key); each kind of group says how it looks
-again (`wake`), what its timer keys are and what a member that is gone is answered.
+Heartbeats are held only when a user turns holds on (group.heartbeat.hold.ms; off by default, as
+Kafka answers every heartbeat at once). A held heartbeat waits, per group and member, with a
+deadline timer (the hold key) and, once its group changed, a timer that looks at it again (the
+wake key); each kind of group says how it looks again (`wake`), what its timer keys are and what
+a member that is gone is answered.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from broker.coordinator.timer import Timer
 from protocol.errors import ErrorCode
 
 Result = CoordinatorResult[Any]
+
+MAX_LOOKS_AT_ONCE = 8  # looks at one held heartbeat in the same millisecond before it is answered
 
 
 class _Waiting(Protocol):
@@ -30,6 +34,7 @@ class HeldBook(Generic[W]):
         self.timer = timer
         self.waiting: dict[str, dict[str, W]] = {}
         self.told: dict[tuple[str, str], int] = {}  # HeartbeatIntervalMs last given, when not the usual one
+        self._looks: dict[tuple[str, str], tuple[int, int]] = {}  # (time, looks at that time)
 
     # what each kind of group says
     def hold_key(self, group_id: str, member_id: str) -> str:
@@ -75,8 +80,18 @@ class HeldBook(Generic[W]):
 
         self.timer.schedule(self.wake_key(group_id, member_id), 0, look_again)
 
+    def looked_too_often(self, group_id: str, member_id: str, now: int) -> bool:
+        """A backstop: held members that wake each other (a look writing records for the group)
+        could look again without end at one instant; past a few looks the heartbeat is answered,
+        which is always correct (Kafka answers every heartbeat at once)."""
+        last_at, looks = self._looks.get((group_id, member_id), (now, 0))
+        looks = looks + 1 if last_at == now else 1
+        self._looks[(group_id, member_id)] = (now, looks)
+        return looks > MAX_LOOKS_AT_ONCE
+
     def release(self, group_id: str, member_id: str) -> None:
         """The member's heartbeat is no longer held (it is being answered)."""
+        self._looks.pop((group_id, member_id), None)
         members = self.waiting.get(group_id, {})
         members.pop(member_id, None)
         if not members:

@@ -530,9 +530,9 @@ class ClassicGroupManager:
 
     # ----- Heartbeat ----------------------------------------------------------------------
     def heartbeat(self, request: Any, now: int) -> Result:
-        """A member of a stable group has its heartbeat held: Kafka answers at once, and the member
-        learns of a rebalance only at its next heartbeat, an interval (3 s in the clients) later.
-        Here the response leaves as soon as the group starts rebalancing or the member is removed
+        """Answered at once, as Kafka does: a member learns of a rebalance at its next heartbeat.
+        With group.heartbeat.hold.ms on, a member of a stable group has its heartbeat held: the
+        response leaves as soon as the group starts rebalancing or the member is removed
         (ClassicGroup answers it), when another request arrives on the connection (the API handler
         asks), or after the hold: the answer a heartbeat arriving then would get. It takes a third
         of the session timeout at most, well within the clients' request timeouts."""

@@ -1,20 +1,18 @@
-"""Heartbeats of share-group members with nothing new are held back until there is news.
+"""Held ShareGroupHeartbeats: only when a user turns them on (group.heartbeat.hold.ms).
 
-Kafka answers every ShareGroupHeartbeat at once, so when a member leaves (or a topic grows) the
-others learn their new assignment only at their next heartbeat, a whole interval later
-(`group.share.heartbeat.interval.ms`, 5 s); the partitions only the departed member had are not
-consumed meanwhile. As for consumer groups (consumer_wait.py), the heartbeat of a member whose
-assignment does not change is held for at most `hold_cap` of the interval it was given (librdkafka
-times the request out after that interval) and answered as soon as the group changes (a record
-written for it, its topics changed), when another request arrives on the member's connection, or
-at its deadline. The answer is what the member would get by heartbeating again at that moment, so
-a client cannot tell, except that a response takes longer; one released early by another request
-asks the member back soon (HeartbeatIntervalMs 500 ms).
+By default every ShareGroupHeartbeat is answered at once, as Kafka answers it: when a member
+leaves (or a topic grows) the others learn their new assignment at their next heartbeat
+(`group.share.heartbeat.interval.ms`, 5 s). With `group.heartbeat.hold.ms` set, the heartbeat of
+a member whose assignment does not change is held for at most `hold_cap` of the interval it was
+given (librdkafka times the request out after that interval) and answered as soon as the group
+changes (a record written for it, its topics changed), when another request arrives on the
+member's connection, or at its deadline. The answer is what the member would get by heartbeating
+again at that moment; one released early by another request asks the member back soon
+(HeartbeatIntervalMs 500 ms). A heartbeat carrying a change from the client (a join, a
+subscription, a rack: `carries_change`) is answered at once.
 
-A heartbeat carrying a change from the client (a join, a subscription, a rack; librdkafka and the
-Java client send those only when they changed) is answered at once, as Kafka would: its client
-waits for the coordinator's view of that change, even when nothing changes for the group (a
-subscription set again to the same topics writes no record) - `carries_change`.
+The trap is the one of consumer_wait.py: librdkafka's share consumer keeps one heartbeat in
+flight, so a new subscription or a leave waits for the held heartbeat to be answered.
 
 Timer keys: "share-hold-<group>-<member>" (the deadline), "share-wake-<group>-<member>" (a look
 after the group changed).
@@ -25,7 +23,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Protocol
 
-from broker.coordinator.group.consumer_wait import QUICK_INTERVAL_MS, hold_cap
+from broker.coordinator.group.consumer_wait import hold_cap
+from broker.coordinator.group.heartbeat_interval import QUICK_INTERVAL_MS
 from broker.coordinator.group.held import HeldBook
 from broker.coordinator.group.member import Assignment
 from broker.coordinator.group.membership import RequestInfo
@@ -123,6 +122,7 @@ class HeldShareHeartbeats(HeldBook[Waiting]):
         if member is None:
             self.member_gone(group_id, member_id)
             return CoordinatorResult()
+        final = self.looked_too_often(group_id, member_id, now) or final
         again = REQ(group_id=group_id, member_id=member_id, member_epoch=member.member_epoch, rack_id=None,
                     subscribed_topic_names=None)
         try:
