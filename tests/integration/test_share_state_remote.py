@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from broker.testing.interbroker import NodeClient
 
+from broker.cluster.client import NodeClient
 from broker.coordinator.share import StateBatch, WriteState
 from broker.coordinator.share.records import ShareKey
 from broker.share.persister import Backoff, RemoteSharePersister, ShareStateRouter
