@@ -745,8 +745,11 @@ class Broker:
         first = Path(self.config.log_dirs[0])
         recorded = read_properties(first / "meta.properties").get("cluster.id") \
             if (first / "meta.properties").exists() else None
+        import broker.apis.forwarding  # noqa: F401  (registers the controller's APIs before anything listens)
+
         settings = ClusterSettings.from_config(self.config, inter_broker_listener(self.config))
         self.cluster = ClusterMode(self, settings, first / (METADATA_TOPIC + "-0"))
+        self.server.controller_apis = True
         return await self.cluster.connect(pinned or recorded)
 
     def _serve_cluster(self) -> None:
@@ -767,7 +770,6 @@ class Broker:
         router = Router(cluster.view, lambda: self.metadata, lambda ctx: self.node_id,
                         lambda ctx, request, handler: forward(cluster.node, ctx, request, handler), min_isr)
         self.faults.route(router.route, router.api_keys)
-        self.server.controller_apis = True
         listeners = []
         for a in self.config.advertised_listeners or self.listeners:
             host, port = self.advertised(a.name)

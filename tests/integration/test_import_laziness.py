@@ -20,8 +20,10 @@ NOT_AT_START = [
     "broker.network.http",  # metrics.port
     "prometheus_client",  # the first scrape
     "broker.testing.simulated",  # simulated.brokers
-    "broker.testing.process_cluster",  # simulated.process.node
-    "broker.testing.interbroker",
+    "broker.cluster.node",  # etcd.endpoints
+    "broker.cluster.etcd_http",
+    "broker.coordinator.txn.remote",
+    "broker.share.persister",
     "broker.observability.telemetry.client",  # the first telemetry request
     "broker.observability.telemetry.otlp",
     "structlog",  # an embedded broker logs through the logging module
