@@ -12,10 +12,9 @@ tests/test_import_laziness.py keeps it so.
 from __future__ import annotations
 
 import asyncio
-import base64
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,16 +22,17 @@ from broker.apis import load_handlers
 from broker.apis.context import TxnVerifier
 from broker.config import BrokerConfig, read_properties
 from broker.coordinator.group import GroupCoordinator, create_group_coordinator
+from broker.coordinator.group.config import CONFIG_KEYS as GROUP_CONFIG_KEYS
 from broker.coordinator.group.group_config import GroupConfigs
 from broker.coordinator.log_writer import LogPartitionWriter, internal_topic_log_config
 from broker.coordinator.timer import AsyncioClock
 from broker.gc_policy import collector_paused
-from broker.log import AppendOrigin, Log, LogCleaner, LogConfig, LogManager
+from broker.log import Log, LogCleaner, LogConfig, LogManager
 from broker.log.handles import OPEN_FILES, descriptor_limit
-from broker.log.reader import iter_records
 from broker.metadata import RESOURCE_CLIENT_METRICS, RESOURCE_GROUP, RESOURCE_TOPIC, MetadataStore, TopicInfo
 from broker.metadata.features import TRANSACTION_VERSION
 from broker.metadata.image import OFFSETS_TOPIC, SHARE_STATE_TOPIC, TRANSACTION_STATE_TOPIC
+from broker.metadata.local import LogMetadataLog, ensure_meta_properties, read_directory_id
 from broker.metadata.quorum import QuorumState, Replica, start_new_epoch
 from broker.network.server import KafkaServer
 from broker.observability.logger import get_logger
@@ -43,7 +43,6 @@ from broker.partition.log_dirs import LogDirMover
 from broker.security.listeners import build_listeners
 from broker.security.quotas import ClientQuotas
 from protocol.errors import ErrorCode, KafkaError
-from protocol.records import build_batch
 
 if TYPE_CHECKING:
     from broker.cluster.local import ClusterMode
@@ -53,7 +52,6 @@ if TYPE_CHECKING:
     from broker.network.http import HttpEndpoint
     from broker.observability.telemetry import ClientTelemetry
     from broker.security.authorizer import Authorizer
-    from broker.share.dlq import DlqSettings
     from broker.share.manager import ShareGroupSettings, SharePartitionManager
     from broker.share.metrics import ShareMetricsCollector
     from broker.share.persister import ShareStateRouter
@@ -63,77 +61,7 @@ if TYPE_CHECKING:
 log = get_logger("broker")
 
 METADATA_TOPIC = "__cluster_metadata"
-GROUP_CONFIG_KEYS = (
-    "offsets.topic.num.partitions", "group.min.session.timeout.ms", "group.max.session.timeout.ms",
-    "group.initial.rebalance.delay.ms", "group.max.size", "offset.metadata.max.bytes",
-    "offsets.retention.minutes", "offsets.retention.check.interval.ms",
-    "group.consumer.assignors", "group.consumer.heartbeat.interval.ms", "group.consumer.session.timeout.ms",
-    "group.consumer.min.session.timeout.ms", "group.consumer.max.session.timeout.ms", "group.consumer.max.size",
-    "group.consumer.assignment.interval.ms", "group.consumer.regex.refresh.interval.ms",
-    "group.consumer.migration.policy", "group.consumer.min.heartbeat.interval.ms",
-    "group.consumer.max.heartbeat.interval.ms", "group.share.heartbeat.interval.ms",
-    "group.share.min.heartbeat.interval.ms", "group.share.max.heartbeat.interval.ms", "group.share.session.timeout.ms",
-    "group.share.min.session.timeout.ms", "group.share.max.session.timeout.ms", "group.share.max.size",
-    "group.heartbeat.hold.ms",
-)
-SHARE_COORDINATOR_KEYS = (
-    "share.coordinator.state.topic.num.partitions", "share.coordinator.snapshot.update.records.per.snapshot",
-    "share.coordinator.state.topic.segment.bytes", "share.coordinator.state.topic.prune.interval.ms",
-)
 PRODUCER_EXPIRATION_CHECK_S = 600.0  # Kafka's producer.id.expiration.check.interval.ms default
-_SECURITY_PROTOCOLS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}  # Kafka's ids
-
-
-def new_base64_uuid() -> str:
-    """Kafka's textual ids (cluster id, directory id): a random UUID in URL-safe base64, unpadded."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
-
-
-def ensure_meta_properties(log_dir: Path, node_id: int, cluster_id: str | None) -> str:
-    """Read or write meta.properties (KRaft's v1 format); returns the cluster id."""
-    log_dir.mkdir(parents=True, exist_ok=True)
-    path = log_dir / "meta.properties"
-    if path.exists():
-        props = read_properties(path)
-        existing = props.get("cluster.id")
-        if existing:
-            if cluster_id and cluster_id != existing:
-                raise SystemExit("cluster.id %s does not match %s in %s" % (cluster_id, existing, path))
-            return existing
-    cluster_id = cluster_id or new_base64_uuid()
-    text = "#\n#%s\ncluster.id=%s\ndirectory.id=%s\nnode.id=%d\nversion=1\n" % (
-        time.strftime("%a %b %d %H:%M:%S UTC %Y", time.gmtime()), cluster_id, new_base64_uuid(), node_id,
-    )
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
-    return cluster_id
-
-
-def read_directory_id(log_dir: Path) -> uuid.UUID:
-    """The directory.id of a log dir's meta.properties (zero if it has none)."""
-    text = read_properties(log_dir / "meta.properties").get("directory.id", "")
-    try:
-        return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
-    except ValueError:
-        return uuid.UUID(int=0)
-
-
-class LogMetadataLog:
-    """The metadata log on the storage engine: `__cluster_metadata-0`, fsynced on every change."""
-
-    def __init__(self, log: Log) -> None:
-        self.log = log
-
-    def append(self, values: list[bytes]) -> None:
-        batch = build_batch([(None, v) for v in values], base_timestamp=None)
-        self.log.append(batch, origin=AppendOrigin.COORDINATOR)
-        self.log.flush()
-
-    def read_all(self) -> Iterator[bytes]:
-        for record in iter_records(self.log):
-            if record.value is not None:
-                yield record.value
 
 
 class Broker:
@@ -376,9 +304,11 @@ class Broker:
         """The share coordinator (`__share_group_state-N`, registered in the metadata when the first
         share group appears, as Kafka creates it on first use) and the share-partition manager."""
         from broker.coordinator.share import create_share_coordinator
+        from broker.coordinator.share.coordinator import CONFIG_KEYS as SHARE_COORDINATOR_KEYS
         from broker.share.dlq import BrokerDlqCluster, DeadLetterQueue
         from broker.share.manager import SharePartitionManager
         from broker.share.metrics import ShareMetricsCollector
+        from broker.share.settings import dlq_settings
 
         values = {key: self.config[key] for key in SHARE_COORDINATOR_KEYS}
         values["share.coordinator.state.topic.num.partitions"] = self._internal_partitions(
@@ -410,7 +340,8 @@ class Broker:
             persister = self.share_state = ShareStateRouter(
                 self.node_id, self.share_coordinator, lambda key: view.coordinator(2, coordinator_key(key)),
                 self.cluster.node.clients)
-        self.dead_letter_queue = DeadLetterQueue(BrokerDlqCluster(self), self._dlq_settings)
+        self.dead_letter_queue = DeadLetterQueue(
+            BrokerDlqCluster(self), lambda group_id: dlq_settings(self.group_configs.settings(group_id), self.config))
         self.share_manager = SharePartitionManager(
             persister, self._share_partition, self.share_group_settings, AsyncioClock(),
             max_sessions=int(self.config["group.share.max.share.sessions"]), dead_letters=self.dead_letter_queue.write)
@@ -426,29 +357,11 @@ class Broker:
         topic = self.metadata.topic_by_id(topic_id)
         return None if topic is None else self.partitions.get(topic.name, index)
 
-    def _dlq_settings(self, group_id: str) -> DlqSettings:
-        from broker.share.dlq import DlqSettings
-
-        s = self.group_configs.settings(group_id)
-        return DlqSettings(s.dlq_topic_name, s.dlq_copy_record_enable,
-                           str(self.config["errors.deadletterqueue.topic.name.prefix"] or ""),
-                           bool(self.config["errors.deadletterqueue.auto.create.topics.enable"]),
-                           s.share_delivery_count_limit)
-
     def share_group_settings(self, group_id: str) -> ShareGroupSettings:
         """A share group's settings: the broker's (group.share.*), under the group's configs."""
-        from broker.share.engine import ShareSettings
-        from broker.share.manager import ShareGroupSettings
+        from broker.share.settings import share_group_settings
 
-        s = self.group_configs.settings(group_id)
-        return ShareGroupSettings(
-            engine=ShareSettings(
-                delivery_count_limit=s.share_delivery_count_limit, record_lock_duration_ms=s.share_record_lock_duration_ms,
-                max_record_locks=s.share_partition_max_record_locks, dlq=bool(s.dlq_topic_name),
-                renew_enabled=s.share_renew_acknowledge_enable),
-            auto_offset_reset=s.share_auto_offset_reset,
-            isolation_level=1 if s.share_isolation_level == "read_committed" else 0,
-        )
+        return share_group_settings(self.group_configs.settings(group_id))
 
     def group_configs_changed(self, group_id: str) -> None:
         """A group's configs changed: its live members and share-partitions obey them from now on."""
@@ -739,43 +652,31 @@ class Broker:
     async def _join_cluster(self, pinned: str | None) -> str:
         """Reach etcd and the cluster's id (pinned by cluster.id or this node's meta.properties;
         another one in etcd: ClusterStartError, the node does not start)."""
-        from broker.cluster.local import ClusterMode, inter_broker_listener
-        from broker.cluster.node import ClusterSettings
-
-        first = Path(self.config.log_dirs[0])
-        recorded = read_properties(first / "meta.properties").get("cluster.id") \
-            if (first / "meta.properties").exists() else None
         import broker.apis.forwarding  # noqa: F401  (registers the controller's APIs before anything listens)
+        from broker.cluster.local import ClusterMode
 
-        settings = ClusterSettings.from_config(self.config, inter_broker_listener(self.config))
-        self.cluster = ClusterMode(self, settings, first / (METADATA_TOPIC + "-0"))
+        self.cluster = ClusterMode.for_broker(self, Path(self.config.log_dirs[0]) / (METADATA_TOPIC + "-0"))
         self.server.controller_apis = True
-        return await self.cluster.connect(pinned or recorded)
+        return await self.cluster.connect(pinned)
 
     def _serve_cluster(self) -> None:
         """The listeners are bound: requests for other nodes are answered as Kafka's brokers answer
-        them, metadata changes go to the controller, the controller's APIs are served here, and
-        the node registers with the controller."""
+        them, metadata changes go to the controller, and the node registers with the controller."""
         from broker.apis.forwarding import forward
         from broker.apis.routing import Router
 
         assert self.cluster is not None
         cluster = self.cluster
-
-        def min_isr(topic: str) -> int:
-            info = self.metadata.topic(topic)
-            value = info.configs.get("min.insync.replicas") if info is not None else None
-            return int(value if value is not None else self.config["min.insync.replicas"])
-
         router = Router(cluster.view, lambda: self.metadata, lambda ctx: self.node_id,
-                        lambda ctx, request, handler: forward(cluster.node, ctx, request, handler), min_isr)
+                        lambda ctx, request, handler: forward(cluster.node, ctx, request, handler),
+                        self._min_insync_replicas)
         self.faults.route(router.route, router.api_keys)
-        listeners = []
-        for a in self.config.advertised_listeners or self.listeners:
-            host, port = self.advertised(a.name)
-            listeners.append((a.name.upper(), host, port, _SECURITY_PROTOCOLS.get(self.config.security_protocol_map.get(
-                a.name.upper(), "PLAINTEXT"), 0)))
-        cluster.serve(listeners)
+        cluster.serve()
+
+    def _min_insync_replicas(self, topic: str) -> int:
+        info = self.metadata.topic(topic)
+        value = info.configs.get("min.insync.replicas") if info is not None else None
+        return int(value if value is not None else self.config["min.insync.replicas"])
 
     # topics ------------------------------------------------------------------------------------
     def topic_log_config(self, topic: str) -> LogConfig | None:

@@ -13,6 +13,7 @@ from broker.cluster.node import ClusterNode, ClusterSettings
 from broker.cluster.producer_ids import ProducerIdBlocks
 from broker.cluster.publisher import MetadataPublisher
 from broker.cluster.view import ImageView
+from broker.config import read_properties
 from broker.metadata import MetadataImage, TopicInfo
 from broker.metadata.image import OFFSETS_TOPIC, SHARE_STATE_TOPIC, TRANSACTION_STATE_TOPIC
 from broker.metadata.quorum import QuorumState, Replica
@@ -94,14 +95,23 @@ class ClusterMode(LocalBroker):
         self.node = ClusterNode(settings, broker.node_id, metadata_dir)
         self.publisher = MetadataPublisher(self)
         self.producer_ids: ProducerIdBlocks | None = None
+        self.metadata_dir = metadata_dir
+
+    @classmethod
+    def for_broker(cls, broker: Any, metadata_dir: Path) -> ClusterMode:
+        config = broker.config
+        return cls(broker, ClusterSettings.from_config(config, inter_broker_listener(config)), metadata_dir)
 
     @property
     def view(self) -> ImageView:
         assert self.node.view is not None
         return self.node.view
 
-    async def connect(self, wanted_cluster_id: str | None) -> str:
-        return await self.node.connect(wanted_cluster_id)
+    async def connect(self, pinned: str | None) -> str:
+        """The cluster id: etcd's, which cluster.id or this node's meta.properties pin."""
+        meta = self.metadata_dir.parent / "meta.properties"
+        recorded = read_properties(meta).get("cluster.id") if meta.exists() else None
+        return await self.node.connect(pinned or recorded)
 
     async def start(self, store: ClusterMetadataStore, directory_id: str) -> None:
         """Join: the node id claimed (by this log directory), the image caught up with etcd, the
@@ -117,8 +127,15 @@ class ClusterMode(LocalBroker):
         self.publisher(None)
         await self.publisher.settled()
 
-    def serve(self, listeners: list[tuple[str, str, int, int]]) -> None:
-        """The listeners are bound: register with the controller and heartbeat."""
+    def serve(self) -> None:
+        """The listeners are bound: register with the controller (with the advertised endpoints)
+        and heartbeat."""
+        b = self.broker
+        listeners = []
+        for a in b.config.advertised_listeners or b.listeners:
+            host, port = b.advertised(a.name)
+            protocol = b.config.security_protocol_map.get(a.name.upper(), "PLAINTEXT")
+            listeners.append((a.name.upper(), host, port, SECURITY_PROTOCOLS.get(protocol, 0)))
         self.node.start_lifecycle(listeners)
 
     async def stop(self, clean: bool) -> None:
@@ -198,6 +215,7 @@ async def _unreachable(request: Any) -> Any:
 
 
 CREATE_TOPICS, CREATE_TOPICS_VERSION = 19, 7
+SECURITY_PROTOCOLS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}  # Kafka's ids
 
 
 def inter_broker_listener(config: Any) -> str:

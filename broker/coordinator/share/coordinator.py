@@ -28,6 +28,13 @@ from protocol.errors import KafkaError
 log = get_logger("broker.coordinator.share")
 
 
+# the broker properties the share coordinator reads
+CONFIG_KEYS = (
+    "share.coordinator.state.topic.num.partitions", "share.coordinator.snapshot.update.records.per.snapshot",
+    "share.coordinator.state.topic.segment.bytes", "share.coordinator.state.topic.prune.interval.ms",
+)
+
+
 @dataclass(frozen=True)
 class ShareCoordinatorConfig:
     num_partitions: int = 50  # share.coordinator.state.topic.num.partitions
