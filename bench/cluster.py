@@ -611,17 +611,17 @@ def summary(report: dict[str, Any]) -> str:
         lines.append("throughput, medians (min-max) of %d rounds; %d producers x %d records of %d B, %d partitions"
                      % (report["args"]["rounds"], report["args"]["producers"], report["args"]["messages"],
                         report["args"]["size"], report["args"]["partitions"]))
-        lines.append("%-30s %s" % ("", "".join("%-28s" % m for m in runs)))
+        lines.append("%-36s %s" % ("", "".join("%-28s" % m for m in runs)))
         for key in THROUGHPUT_KEYS:
-            lines.append("%-30s %s" % (key, "".join("%-28s" % spread([r.get(key) for r in rs]) for rs in runs.values())))
+            lines.append("%-36s %s" % (key, "".join("%-28s" % spread([r.get(key) for r in rs]) for rs in runs.values())))
     fails = report.get("failover") or {}
     if fails:
         lines.append("")
         lines.append("failover after kill -9 of the controller, seconds, medians (min-max); broker.session.timeout.ms %d"
                      % report["args"]["session_timeout_ms"])
-        lines.append("%-30s %s" % ("", "".join("%-28s" % ("lease %s ms" % lease) for lease in fails)))
+        lines.append("%-36s %s" % ("", "".join("%-28s" % ("lease %s ms" % lease) for lease in fails)))
         for key in FAILOVER_KEYS:
-            lines.append("%-30s %s" % (key, "".join("%-28s" % spread([r.get(key) for r in rs]) for rs in fails.values())))
+            lines.append("%-36s %s" % (key, "".join("%-28s" % spread([r.get(key) for r in rs]) for rs in fails.values())))
     for note in report.get("notes", []):
         lines.append("note: " + note)
     return "\n".join(lines)

@@ -1,8 +1,8 @@
 """`make bench`: our broker side by side with Tansu and librdkafka's mock cluster, then the
 micro-benchmarks; one table at the end, raw JSON under bench/results/.
 
-    python bench/run_all.py                 # full: kbench --repeat 3 (about 10-12 min)
-    BENCH_QUICK=1 python bench/run_all.py   # quick: kbench --quick (about 3-4 min)
+    python bench/run_all.py                 # full: kbench --repeat 3 (about 14-16 min)
+    BENCH_QUICK=1 python bench/run_all.py   # quick: kbench --quick (about 4-5 min)
     python bench/run_all.py --peers ours,tansu --only kbench
 
 What runs, one broker at a time (never two at once, so they do not share the CPUs):
