@@ -667,7 +667,9 @@ class Broker:
 
         assert self.cluster is not None
         cluster = self.cluster
-        router = Router(cluster.view, lambda: self.metadata, lambda ctx: self.node_id,
+        # a fenced node leads and coordinates nothing, whatever its metadata says (a restarted node
+        # before it has registered again: Kafka's brokers serve clients only once unfenced)
+        router = Router(cluster.view, lambda: self.metadata, lambda ctx: -1 if cluster.node.fenced else self.node_id,
                         lambda ctx, request, handler: forward(cluster.node, ctx, request, handler),
                         self._min_insync_replicas)
         self.faults.route(router.route, router.api_keys)

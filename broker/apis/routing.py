@@ -97,6 +97,7 @@ class Router:
                 return fail_whole(ctx, request, code)
             return await handler(ctx, request)
         metadata = self.metadata()
+        refused = False  # only a response with refused entries is walked for leader hints
         if api_key in GROUP_APIS:
             def error_for(key: Key) -> ErrorCode | None:
                 return self.coordinator_error(KEY_TYPE_GROUP, key.group, node) if key.group is not None else None
@@ -104,10 +105,12 @@ class Router:
             acks_all = api_key == PRODUCE and request.acks == -1
 
             def error_for(key: Key) -> ErrorCode | None:
+                nonlocal refused
                 if key.topic is None or key.partition is None or metadata.topic(key.topic) is None:
                     return None  # the handler answers what does not exist
                 leader, _, isr = self.view.assignment(key.topic, key.partition)
                 if leader != node:
+                    refused = True
                     return E.NOT_LEADER_OR_FOLLOWER
                 if acks_all and len(isr) < self.min_insync_replicas(key.topic):
                     return E.NOT_ENOUGH_REPLICAS
@@ -116,7 +119,7 @@ class Router:
             return await handler(ctx, request)
         response = await answer_in_part(ctx, request, handler, error_for, self._resolve)
         hints = LEADER_HINTS.get(api_key)
-        if hints is not None and ctx.api_version >= hints[0]:
+        if (refused or api_key == FETCH) and hints is not None and ctx.api_version >= hints[0]:
             self._add_leader_hints(ctx, response, hints[1])
         return response
 

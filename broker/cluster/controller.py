@@ -102,8 +102,8 @@ class ActiveController:
         self._tasks = []
 
     async def stop(self) -> None:
-        tasks, self._tasks = self._tasks, []
-        self.resign()
+        tasks = list(self._tasks)
+        self.resign()  # cancels them
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
@@ -126,6 +126,9 @@ class ActiveController:
 
     async def register(self, request: Any) -> Any:
         def make() -> Any:
+            if request.broker_id == self.node_id:
+                # this very process: an older incarnation of it is dead, however fresh its session
+                self.heartbeats.last.pop(self.node_id, None)
             outcome = brokers.register(self.store.image, self.heartbeats, request, self.settings.cluster_id,
                                        self.store.image.records, self.clock_ms(), self.settings.session_timeout_ms,
                                        supported_levels())

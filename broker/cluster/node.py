@@ -270,7 +270,10 @@ class ClusterNode:
                     log.warning("registering again", reason=exc.code.name)
                     self.broker_epoch = -1
                 elif exc.code is ErrorCode.DUPLICATE_BROKER_REGISTRATION:
-                    log.error("another broker is registered with node.id %d" % self.node_id)
+                    # an earlier incarnation of this node (killed) still has a session: as Kafka's
+                    # brokers, wait until the controller lets it lapse
+                    log.info("registration refused until the previous incarnation's session ends",
+                             node_id=self.node_id)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 1.0)
             except asyncio.CancelledError:

@@ -59,7 +59,7 @@ class ImageView:
         found = info.assignments.get(partition) if info is not None else None
         if found is None:
             return -1, [], []
-        return found.leader, list(found.replicas), list(found.isr)
+        return found.leader, found.replicas, found.isr  # read only: the image's own lists
 
     def coordinator_partition(self, key_type: int, key: str) -> tuple[str, int] | None:
         topic = COORDINATOR_TOPICS[key_type]
