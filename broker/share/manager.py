@@ -28,14 +28,14 @@ What one ShareFetch returns (Kafka's DelayedShareFetch, ShareFetchUtils.processF
    partitions have (onComplete); unlike Kafka a fetch whose partitions have not loaded yet waits
    for the first of them (ours read the in-process share coordinator, Kafka's take a round trip
    to it and would answer empty), so that a fetch with MaxWaitMs 0 still serves one partition.
-4. Then it acquires partition by partition in that order: each partition is read with an equal
+4. Then it acquires partition by partition in that order. Each partition is read with an equal
    part of MaxBytes (fetch_strategy.uniform_partition_max_bytes: PartitionMaxBytesStrategy
-   .UNIFORM), and with no less than MaxBytes left over all (the first partition read returns at
-   least one batch, ReplicaManager.readFromLog's minOneMessage); each acquires at most the
-   MaxRecords the partitions before it left (SharePartition.acquire: a soft limit of whole
-   batches, or exact with ShareAcquireMode record_limit, in AcquiredRecords of BatchSize). Once
-   the first partitions have taken MaxRecords the others give nothing: the rotation serves them
-   first in later fetches.
+   .UNIFORM), at most what the partitions read before it left of MaxBytes, and the first one
+   read gives at least one batch (ReplicaManager.readFromLog's minOneMessage). Each acquires at
+   most the MaxRecords the partitions before it left (SharePartition.acquire: a soft limit of
+   whole batches, or exact with ShareAcquireMode record_limit; in AcquiredRecords of BatchSize).
+   Once the first partitions have taken MaxRecords the others give nothing: the rotation serves
+   them first in later fetches.
 
 A fetch reads only what the acquisition can use, not its part of MaxBytes of log (tens of MB for a
 few hundred records): a window of 1 MiB that grows until it holds the records wanted or the log's
@@ -330,6 +330,7 @@ class SharePartitionManager:
         the module's docstring."""
         results: dict[TopicIdPartition, PartitionResult] = {}
         entries: list[tuple[TopicIdPartition, _Entry]] = []
+        min_bytes = min(min_bytes, max_bytes)  # KafkaApis' fetchMinBytes
         if max_records > 0 and max_bytes > 0:
             for tp in rotate_round_robin(parts, session_epoch):
                 try:

@@ -320,3 +320,12 @@ async def test_min_bytes_zero_answers_at_once_one_waits_for_a_record() -> None:
     partitions[0].append(1)
     assert await asyncio.wait_for(waiting, 5) == {0: [(0, 9)]}
     await m.stop()
+
+
+async def test_min_bytes_above_max_bytes_counts_as_max_bytes() -> None:
+    """KafkaApis: fetchMinBytes = min(MinBytes, MaxBytes)."""
+    m = manager({0: LogPartition(1)})
+    await loaded(m, P0)
+    got = share_fetch(m, [P0], min_bytes=10 * BATCH, max_bytes=BATCH, max_wait_ms=60_000)
+    assert await asyncio.wait_for(got, 5) == {0: [(0, 9)]}
+    await m.stop()
