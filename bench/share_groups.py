@@ -7,9 +7,9 @@ threads of this process read them all, share consumers with implicit acknowledge
 (confluent-kafka's ShareConsumer, librdkafka 2.16), classic ones with group.protocol=classic
 (only 2 of the 4 get a partition). Reported: records/s from the first record received to the last, the
 whole time from subscribe, and the broker process's CPU seconds per record (utime+stime from
-/proc). Then the redelivery delay after a lock expiry: member A takes records and stops
-(keeping its session), member B gets them once the lock runs out; delay = B's receipt - A's
-receipt - the lock duration.
+/proc). Then the redelivery delay after a lock expiry (on a topic of one partition; the mock's of
+two): member A takes records and stops (keeping its session), member B gets them once the lock
+runs out; delay = B's receipt - A's receipt - the lock duration.
 
 The mock's share groups read from the latest offset by default, and the shared mock_cluster.py has
 no switch for it: this script starts the mock itself (ctypes, the librdkafka bundled with
@@ -117,11 +117,12 @@ def start_ours(repo: Path = ROOT) -> Target:
     return Target("ours", peer.bootstrap, peer.pid, peer.stop, group_configs=True)
 
 
-def prepare(target: Target, topic: str, group: str, n: int, size: int, share: bool) -> None:
+def prepare(target: Target, topic: str, group: str, n: int, size: int, share: bool,
+            partitions: int = PARTITIONS) -> None:
     if target.group_configs:
         admin = KafkaAdminClient(bootstrap_servers=target.bootstrap)
         try:
-            admin.create_topics([NewTopic(topic, PARTITIONS, 1)])
+            admin.create_topics([NewTopic(topic, partitions, 1)])
             if share:
                 admin.alter_configs([ConfigResource(ConfigResourceType.GROUP, group, configs={
                     "share.auto.offset.reset": "earliest", "share.record.lock.duration.ms": str(LOCK_MS)})],
@@ -134,7 +135,7 @@ def prepare(target: Target, topic: str, group: str, n: int, size: int, share: bo
     for i in range(n):
         while True:
             try:
-                p.produce(topic, value=value, partition=i % PARTITIONS)
+                p.produce(topic, value=value, partition=i % partitions)
                 break
             except BufferError:
                 p.poll(0.05)
@@ -272,7 +273,11 @@ def main() -> None:
                         if which == "mock":
                             target.stop()
                             target = start_mock([dtopic])
-                        prepare(target, dtopic, group + "-r", 100, size, share=True)
+                        # ours: one partition, which both members get (Kafka's first ShareFetch
+                        # answers A with one partition, which B might not be assigned); the mock
+                        # assigns a partition to one member only and answers A with both
+                        prepare(target, dtopic, group + "-r", 100, size, share=True,
+                                partitions=PARTITIONS if which == "mock" else 1)
                         r["redelivery_delay_ms"] = redelivery_delay(target, dtopic, group + "-r")
                     results["runs"].append(r)
                     print(json.dumps(r), file=sys.stderr, flush=True)

@@ -89,12 +89,8 @@ def _initialize(ctx: RequestContext, group_id: str,
     """Newly assigned share-partitions get their state now (the start offset is fixed when the
     partition is first assigned, as Kafka initializes it from the heartbeat)."""
     manager = ctx.broker.share_manager
-    if manager is None:
-        return
-    missing = [(tp.topic_id, p) for tp in topic_partitions for p in tp.partitions
-               if (group_id, tp.topic_id, p) not in manager.entries]
-    if missing:
-        manager.initialize(group_id, missing)
+    if manager is not None:
+        manager.initialize(group_id, [(tp.topic_id, p) for tp in topic_partitions for p in tp.partitions])
 
 
 @api(77)
@@ -277,7 +273,7 @@ async def handle_share_fetch(ctx: RequestContext, request: M.ShareFetchRequest) 
             max_bytes, min_bytes = _quota_bounded(ctx, quota, request.max_bytes, request.min_bytes)
             fetch_results.update(await manager.fetch(
                 group_id, member_id, valid, request.max_wait_ms, min_bytes, max_bytes,
-                request.max_records, max(request.batch_size, 1), mode == RECORD_LIMIT))
+                request.max_records, max(request.batch_size, 1), mode == RECORD_LIMIT, epoch))
 
     throttle_ms = _record_fetched(ctx, quota, fetch_results)
     if throttle_ms:

@@ -1,15 +1,46 @@
 """The share-partition manager: engines beside their partitions, their durable state, share sessions.
 
 Kafka's SharePartitionManager and DelayedShareFetch, on the event loop. One engine (engine.py) per
-(group, topic id, partition), created at the first fetch: its state is read from the persister
-(the share coordinator); without one, the start offset comes from the group's
-`share.auto.offset.reset` and is written at once, so a restart keeps it. Every change that must be
-durable (acknowledgements, releases, lock expiries, dead-letter completions) is written through
-the persister before the engine commits it (persist, then commit).
+(group, topic id, partition). When a member is first assigned a share-partition without state,
+its state is written at once, the start offset from the group's `share.auto.offset.reset` (the
+group coordinator's InitializeShareGroupState); the engine itself loads that state from the
+persister (the share coordinator) at the first ShareFetch naming it, as Kafka's SharePartition
+loads in maybeInitialize. Every change that must be durable (acknowledgements, releases, lock
+expiries, dead-letter completions) is written through the persister before the engine commits it
+(persist, then commit).
 
-A fetch acquires at once what it can; with nothing to acquire it waits (up to MaxWaitMs) on its
-partitions' appends and on records released by an acknowledgement, a closed session or an expired
-lock, never polling. Each engine's next lock deadline has one timer.
+What one ShareFetch returns (Kafka's DelayedShareFetch, ShareFetchUtils.processFetchResponse):
+
+1. Its partitions are the share session's, rotated by the request's ShareSessionEpoch
+   (fetch_strategy.rotate_round_robin: PartitionRotateStrategy.ROUND_ROBIN). A fetch asking for
+   no records or no bytes answers at once with none (SharePartitionManager.processShareFetch).
+2. Only loaded share-partitions take part, and only those below their in-flight limit
+   (acquirablePartitions: the fetch lock of a SharePartition that is ACTIVE, canAcquireRecords).
+   A share-partition still loading is not waited for once another has what the fetch needs.
+3. The fetch completes when those partitions hold MinBytes between their next fetch offset and
+   the high watermark (or last stable offset), each counted up to its part of MaxBytes
+   (isMinBytesSatisfied: an estimate that takes all of it as acquirable), else it waits, never
+   polling, for an append, for records released (acknowledgement, closed session, lock expiry)
+   or for a share-partition to load, up to MaxWaitMs. Each load completing is one try, with the
+   share-partitions loaded up to it (Kafka's tryComplete, run by each initialization): so the
+   first fetch of a fresh session answers with the first share-partition that loads with
+   records, and the others join the next fetches. At MaxWaitMs it answers with what the loaded
+   partitions have (onComplete); unlike Kafka a fetch whose partitions have not loaded yet waits
+   for the first of them (ours read the in-process share coordinator, Kafka's take a round trip
+   to it and would answer empty), so that a fetch with MaxWaitMs 0 still serves one partition.
+4. Then it acquires partition by partition in that order. Each partition is read with an equal
+   part of MaxBytes (fetch_strategy.uniform_partition_max_bytes: PartitionMaxBytesStrategy
+   .UNIFORM), at most what the partitions read before it left of MaxBytes, and the first one
+   read gives at least one batch (ReplicaManager.readFromLog's minOneMessage). Each acquires at
+   most the MaxRecords the partitions before it left (SharePartition.acquire: a soft limit of
+   whole batches, or exact with ShareAcquireMode record_limit; in AcquiredRecords of BatchSize).
+   Once the first partitions have taken MaxRecords the others give nothing: the rotation serves
+   them first in later fetches.
+
+A fetch reads only what the acquisition can use, not its part of MaxBytes of log (tens of MB for a
+few hundred records): a window of 1 MiB that grows until it holds the records wanted or the log's
+end; the records go out as FileSlices of the log (no copy). Each engine's next lock deadline has
+one timer.
 """
 
 from __future__ import annotations
@@ -40,7 +71,8 @@ from broker.share.engine import (
     ShareSettings,
     Transition,
 )
-from broker.share.session import ShareSession, ShareSessionCache, TopicIdPartition
+from broker.share.fetch_strategy import rotate_round_robin, uniform_partition_max_bytes
+from broker.share.session import INITIAL_EPOCH, ShareSession, ShareSessionCache, TopicIdPartition
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import BatchHeader, iter_batches
 
@@ -121,7 +153,7 @@ class PartitionResult:
 class _Entry:
     """One share-partition: its engine, partition, lock timer and waiting fetches."""
 
-    __slots__ = ("key", "engine", "partition", "ready", "timer", "timer_deadline", "waiters", "dlq_causes",
+    __slots__ = ("key", "engine", "partition", "ready", "loaded", "timer", "timer_deadline", "waiters", "dlq_causes",
                  "dlq_running")
 
     def __init__(self, key: ShareKey, engine: SharePartition, partition: PartitionLike) -> None:
@@ -129,6 +161,7 @@ class _Entry:
         self.engine = engine
         self.partition = partition
         self.ready: asyncio.Future[None] | None = None
+        self.loaded = 0  # the number of its load among all loads (their order), 0 until loaded
         self.timer: Cancellable | None = None
         self.timer_deadline: int | None = None
         self.waiters: set[asyncio.Future[None]] = set()
@@ -166,13 +199,26 @@ class SharePartitionManager:
         self.entries: dict[ShareKey, _Entry] = {}
         self.metrics = ShareMetrics()
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._rotation = 0
+        self._loads = 0  # share-partitions loaded so far: the number of the last load
+        self._load_marks: dict[asyncio.Future[None], int] = {}  # fetch waiter -> the load that woke it
+        self._initialized: set[ShareKey] = set()  # state written at assignment, engine not loaded yet
+        self._initializing: dict[ShareKey, asyncio.Future[None]] = {}
         self._stopping = False
 
     # ----- engines ------------------------------------------------------------------------
     async def entry(self, group_id: str, tp: TopicIdPartition) -> _Entry:
         """The share-partition, loaded (raises KafkaError UNKNOWN_TOPIC_OR_PARTITION, or the
         persister's error)."""
+        entry = self._start(group_id, tp)
+        assert entry.ready is not None
+        if not entry.ready.done():
+            await asyncio.shield(entry.ready)
+        entry.ready.result()  # a load that failed raises its error
+        return entry
+
+    def _start(self, group_id: str, tp: TopicIdPartition) -> _Entry:
+        """The share-partition, its load begun if it is not loaded (raises KafkaError
+        UNKNOWN_TOPIC_OR_PARTITION)."""
         topic_id, index = tp
         assert isinstance(topic_id, uuid.UUID)
         key = (group_id, topic_id, index)
@@ -187,21 +233,38 @@ class SharePartitionManager:
             entry = _Entry(key, SharePartition(self.settings_of(group_id).engine), partition)
             self.entries[key] = entry
             entry.ready = asyncio.get_running_loop().create_future()
-            try:
-                await self._load(entry)
-            except BaseException as exc:
-                if self.entries.get(key) is entry:
-                    del self.entries[key]
-                entry.ready.set_exception(exc if isinstance(exc, KafkaError)
-                                          else KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, str(exc)))
-                entry.ready.exception()  # retrieved: only the waiters care
-                raise
-            entry.ready.set_result(None)
-            return entry
-        if entry.ready is not None and not entry.ready.done():
-            await asyncio.shield(entry.ready)
-        entry.engine.settings = self.settings_of(group_id).engine
+            self._spawn(self._load_entry(entry))
+        elif entry.loaded:
+            entry.engine.settings = self.settings_of(group_id).engine
         return entry
+
+    async def _load_entry(self, entry: _Entry) -> None:
+        """Load on its own (Kafka's SharePartition.maybeInitialize): a fetch waiting on several
+        share-partitions sees them load one by one."""
+        assert entry.ready is not None
+        try:
+            initializing = self._initializing.get(entry.key)
+            if initializing is not None:
+                await asyncio.shield(initializing)  # the state written at assignment, then read here
+            await self._load(entry)
+        except BaseException as exc:
+            if self.entries.get(entry.key) is entry:
+                del self.entries[entry.key]
+            entry.ready.set_exception(exc if isinstance(exc, KafkaError)
+                                      else KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, str(exc)))
+            entry.ready.exception()  # retrieved: only the waiters care
+            self._wake(entry)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        self._loads += 1
+        entry.loaded = self._loads
+        entry.ready.set_result(None)
+        for waiter in entry.waiters:
+            if not waiter.done():
+                self._load_marks[waiter] = entry.loaded
+                waiter.set_result(None)
+        entry.waiters.clear()
 
     async def _load(self, entry: _Entry) -> None:
         engine, partition = entry.engine, entry.partition
@@ -239,6 +302,7 @@ class SharePartitionManager:
     def drop(self, keys: Iterable[ShareKey]) -> None:
         """Forget share-partitions (topic or group deleted, offsets altered): reloaded when next used."""
         for key in list(keys):
+            self._initialized.discard(key)
             entry = self.entries.pop(key, None)
             if entry is None:
                 continue
@@ -247,7 +311,7 @@ class SharePartitionManager:
             self._wake(entry)
 
     def drop_group(self, group_id: str) -> None:
-        self.drop([k for k in self.entries if k[0] == group_id])
+        self.drop([k for k in (*self.entries, *self._initialized) if k[0] == group_id])
 
     def settings_changed(self, group_id: str) -> None:
         """The group's configs changed: its loaded share-partitions obey them at once (an
@@ -261,51 +325,125 @@ class SharePartitionManager:
     # ----- fetching -----------------------------------------------------------------------
     async def fetch(self, group_id: str, member_id: str, parts: Sequence[TopicIdPartition], max_wait_ms: int,
                     min_bytes: int, max_bytes: int, max_records: int, batch_size: int, record_limit: bool,
-                    ) -> dict[TopicIdPartition, PartitionResult]:
+                    session_epoch: int = INITIAL_EPOCH) -> dict[TopicIdPartition, PartitionResult]:
+        """One ShareFetch of `parts` (the session's partitions, in session order): the rule is in
+        the module's docstring."""
         results: dict[TopicIdPartition, PartitionResult] = {}
         entries: list[tuple[TopicIdPartition, _Entry]] = []
-        for tp in parts:
-            try:
-                entries.append((tp, await self.entry(group_id, tp)))
-            except KafkaError as exc:
-                results[tp] = PartitionResult(exc.code, exc.message)
+        min_bytes = min(min_bytes, max_bytes)  # KafkaApis' fetchMinBytes
+        if max_records > 0 and max_bytes > 0:
+            for tp in rotate_round_robin(parts, session_epoch):
+                try:
+                    entries.append((tp, self._start(group_id, tp)))
+                except KafkaError as exc:
+                    results[tp] = PartitionResult(exc.code, exc.message)
+        isolation = self.settings_of(group_id).isolation_level
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(max_wait_ms, 0) / 1000.0
-        got = 0
-        while entries:
-            got += self._acquire_all(member_id, entries, results, max_bytes - got, max_records, batch_size,
-                                     record_limit)
-            timeout = deadline - loop.time()
-            if got >= max(min_bytes, 1) or timeout <= 0 or self._stopping:
+        seen = self._loads  # a try sees the share-partitions loaded up to this load
+        while entries and not self._stopping:
+            entries = self._without_failed_loads(entries, results)
+            ready = [(tp, e) for tp, e in entries if 0 < e.loaded <= seen]
+            if ready and self._min_bytes_met(ready, min_bytes, max_bytes, isolation):
                 break
-            if await self._wait(entries, timeout):
-                break
-        for tp, _ in entries:
+            later = [e.loaded for _, e in entries if e.loaded > seen]
+            if later:
+                seen = min(later)  # the next load's own try
+                continue
+            timeout: float | None = deadline - loop.time()
+            if timeout is not None and timeout <= 0:
+                if ready or not entries:
+                    break
+                timeout = None  # nothing loaded yet: wait for the first load
+            seen = await self._wait(entries, timeout)
+        entries = self._without_failed_loads(entries, results)
+        if not self._stopping:
+            ready = [(tp, e) for tp, e in entries if 0 < e.loaded <= seen]
+            self._acquire_all(member_id, ready, results, max_bytes, max_records, batch_size, record_limit)
+        for tp in parts:
             results.setdefault(tp, PartitionResult())
         return results
 
-    def _acquire_all(self, member_id: str, entries: list[tuple[TopicIdPartition, _Entry]],
-                     results: dict[TopicIdPartition, PartitionResult], max_bytes: int, max_records: int,
-                     batch_size: int, record_limit: bool) -> int:
-        """One pass over the partitions (starting from a rotating one, as Kafka rotates them):
-        acquire and read; returns the bytes handed out."""
+    @staticmethod
+    def _without_failed_loads(entries: list[tuple[TopicIdPartition, _Entry]],
+                              results: dict[TopicIdPartition, PartitionResult]) -> list[tuple[TopicIdPartition, _Entry]]:
+        """The entries whose load did not fail; those that did answer with its error."""
+        kept = []
+        for tp, entry in entries:
+            assert entry.ready is not None
+            error = entry.ready.exception() if entry.ready.done() else None
+            if error is None:
+                kept.append((tp, entry))
+            else:
+                results[tp] = PartitionResult(getattr(error, "code", ErrorCode.UNKNOWN_SERVER_ERROR),
+                                              getattr(error, "message", None))
+        return kept
+
+    def _acquirable(self, ready: list[tuple[TopicIdPartition, _Entry]]) -> list[tuple[TopicIdPartition, _Entry]]:
+        """Kafka's acquirablePartitions: those that may acquire now (below the in-flight limit)."""
+        out = []
+        for tp, entry in ready:
+            if entry.partition.deleted or self.entries.get(entry.key) is not entry:
+                out.append((tp, entry))  # its error is answered by the acquisition
+                continue
+            self._follow_log_start(entry)
+            if entry.engine.can_acquire():
+                out.append((tp, entry))
+        return out
+
+    def _min_bytes_met(self, ready: list[tuple[TopicIdPartition, _Entry]], min_bytes: int, max_bytes: int,
+                       isolation: int) -> bool:
+        """Kafka's isMinBytesSatisfied: the bytes from each acquirable partition's next fetch
+        offset to its bound, each counted up to its part of MaxBytes, reach MinBytes."""
+        acquirable = self._acquirable(ready)
+        if not acquirable:
+            return False
         total = 0
-        remaining_records = max_records - sum(a.last_offset - a.first_offset + 1
-                                              for r in results.values() for a in r.acquired)
-        n = len(entries)
-        self._rotation = (self._rotation + 1) % max(n, 1)
-        for i in range(n):
-            tp, entry = entries[(self._rotation + i) % n]
-            if remaining_records <= 0 or max_bytes - total <= 0:
+        for (_, entry), cap in zip(acquirable, uniform_partition_max_bytes(max_bytes, len(acquirable))):
+            if total >= min_bytes:
                 break
+            if entry.partition.deleted or self.entries.get(entry.key) is not entry:
+                return True  # an error to answer
+            total += self._available(entry, cap, min_bytes - total, isolation)
+        return total >= min_bytes
+
+    @staticmethod
+    def _available(entry: _Entry, cap: int, wanted: int, isolation: int) -> int:
+        """The bytes of log at the share-partition's next fetch offset, up to `cap` (at least as
+        many as `wanted` when there are; 1 when only whether there are any matters)."""
+        offset = entry.engine.next_fetch_offset()
+        bound = entry.partition.fetch_bound(isolation)
+        if offset >= bound:
+            return 0
+        if wanted <= 1:
+            return 1
+        limit = min(cap, wanted)
+        try:
+            info = entry.partition.read(offset, limit, isolation, False)
+        except (KafkaError, OSError):
+            return wanted  # a read error completes the fetch (Kafka: anyPartitionHasLogReadError)
+        size = len(info.records)
+        next_offset = getattr(info, "next_offset", -1)
+        if size == 0 or 0 <= next_offset < bound:
+            return limit  # a batch beyond `limit` (or on a later segment) is there
+        return size
+
+    def _acquire_all(self, member_id: str, ready: list[tuple[TopicIdPartition, _Entry]],
+                     results: dict[TopicIdPartition, PartitionResult], max_bytes: int, max_records: int,
+                     batch_size: int, record_limit: bool) -> None:
+        """Acquire partition by partition, in fetch order, each with its part of MaxBytes and what
+        MaxRecords the ones before it left (ShareFetchUtils.processFetchResponse)."""
+        acquirable = self._acquirable(ready)
+        left_bytes, left_records, min_one = max_bytes, max_records, True
+        for (tp, entry), part_bytes in zip(acquirable, uniform_partition_max_bytes(max_bytes, len(acquirable))):
             if entry.partition.deleted or self.entries.get(entry.key) is not entry:
                 results[tp] = PartitionResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 continue
-            if tp in results and results[tp].acquired:
-                continue  # what a partition gave is answered before it is asked again
+            if left_records <= 0:
+                continue  # SharePartition.acquire: nothing past MaxRecords
             try:
-                got, records = self._acquire(member_id, entry, max_bytes - total, remaining_records, batch_size,
-                                             record_limit)
+                got, records, read = self._acquire(member_id, entry, min(part_bytes, left_bytes), left_records,
+                                                   batch_size, record_limit, min_one)
             except KafkaError as exc:
                 results[tp] = PartitionResult(exc.code, exc.message)
                 continue
@@ -313,33 +451,38 @@ class SharePartitionManager:
                 log.error("share fetch read failed", partition=str(entry.key), error=str(exc))
                 results[tp] = PartitionResult(ErrorCode.KAFKA_STORAGE_ERROR)
                 continue
+            if read:
+                min_one = False  # readFromLog: past the first partition read, the limits hold
+                left_bytes = max(left_bytes - read, 0)
             if got:
                 results[tp] = PartitionResult(records=records, acquired=got)
-                total += len(records)
-                remaining_records -= sum(a.last_offset - a.first_offset + 1 for a in got)
-        return total
+                left_records -= sum(a.last_offset - a.first_offset + 1 for a in got)
+
+    def _follow_log_start(self, entry: _Entry) -> None:
+        if entry.partition.log_start_offset > entry.engine.start_offset:
+            entry.engine.on_log_start(entry.partition.log_start_offset)
 
     def _acquire(self, member_id: str, entry: _Entry, max_bytes: int, max_records: int, batch_size: int,
-                 record_limit: bool) -> tuple[list[AcquiredRecords], FileSlice | bytes]:
+                 record_limit: bool, min_one: bool = True) -> tuple[list[AcquiredRecords], FileSlice | bytes, int]:
+        """Read and acquire: (the records acquired, the whole batches holding them, bytes read)."""
         engine, partition = entry.engine, entry.partition
-        if partition.log_start_offset > engine.start_offset:
-            engine.on_log_start(partition.log_start_offset)
+        self._follow_log_start(entry)
         if not engine.can_acquire():
-            return [], b""
+            return [], b"", 0
         offset = engine.next_fetch_offset()
         isolation = self.settings_of(entry.key[0]).isolation_level
         bound = partition.fetch_bound(isolation)
         if offset >= bound:
-            return [], b""
+            return [], b"", 0
         # Read what the acquisition can use, not MaxBytes of log (tens of MB a fetch for a few
         # hundred records): a window that grows until it holds `wanted` offsets or the log's end.
         wanted = min(max_records, engine.settings.max_record_locks)
         window = min(max_bytes, READ_WINDOW)
         while True:
-            info = partition.read(offset, window, isolation, True)
+            info = partition.read(offset, window, isolation, min_one)
             records = info.records
             if not len(records):
-                return [], b""
+                return [], b"", 0
             positions = []
             fetched = []
             headers = []
@@ -351,7 +494,7 @@ class SharePartitionManager:
                 headers.append(header)
                 fetched.append(FetchedBatch(header.base_offset, header.last_offset))
             if not fetched:
-                return [], b""
+                return [], b"", 0
             last = fetched[-1].last_offset
             if window >= max_bytes or last + 1 >= bound or last - offset + 1 >= wanted:
                 break
@@ -361,8 +504,9 @@ class SharePartitionManager:
         if got and isolation == READ_COMMITTED:
             got = self._drop_aborted(member_id, entry, got, headers)
         self._arm(entry)
+        read = len(records)
         if not got:
-            return [], b""
+            return [], b"", read
         for a in got:
             n = a.last_offset - a.first_offset + 1
             self.metrics.acquired += n
@@ -375,8 +519,8 @@ class SharePartitionManager:
         last = max(i for i, b in enumerate(fetched) if b.base_offset <= hi)
         end = positions[last + 1] if last + 1 < len(positions) else positions[last] + headers[last].size
         if isinstance(records, FileSlice):
-            return got, records.sub(positions[first], end)
-        return got, bytes(records[positions[first]:end])
+            return got, records.sub(positions[first], end), read
+        return got, bytes(records[positions[first]:end]), read
 
     def _drop_aborted(self, member_id: str, entry: _Entry, got: list[AcquiredRecords], headers: list[BatchHeader]
                       ) -> list[AcquiredRecords]:
@@ -403,8 +547,9 @@ class SharePartitionManager:
         except KafkaError:
             pass  # rolled back: acquired until the lock runs out, then archived again when fetched
 
-    async def _wait(self, entries: list[tuple[TopicIdPartition, _Entry]], timeout: float) -> bool:
-        """Until a partition has new data or released records, or the timeout; True if stopped."""
+    async def _wait(self, entries: list[tuple[TopicIdPartition, _Entry]], timeout: float | None) -> int:
+        """Until a partition has new data or released records, a share-partition loads, or the
+        timeout: the number of the load that ended the wait, else of the last load."""
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         for _, entry in entries:
             entry.partition.add_waiter(waiter)
@@ -417,7 +562,8 @@ class SharePartitionManager:
             for _, entry in entries:
                 entry.partition.remove_waiter(waiter)
                 entry.waiters.discard(waiter)
-        return self._stopping
+            mark = self._load_marks.pop(waiter, None)
+        return self._loads if mark is None else mark
 
     @staticmethod
     def _wake(entry: _Entry) -> None:
@@ -567,15 +713,31 @@ class SharePartitionManager:
             self._spawn(self.release_records(session))
 
     def initialize(self, group_id: str, parts: Iterable[TopicIdPartition]) -> None:
-        """Load newly assigned share-partitions now (their start offset is fixed at assignment)."""
-        async def one(tp: TopicIdPartition) -> None:
-            try:
-                await self.entry(group_id, tp)
-            except KafkaError as exc:
-                log.debug("share partition not initialized", group_id=group_id, partition=str(tp), error=repr(exc))
+        """Newly assigned share-partitions without state get it now (the group coordinator's
+        InitializeShareGroupState): their start offset is fixed at assignment. Their engines load
+        it at the first ShareFetch naming them."""
+        for topic_id, index in parts:
+            assert isinstance(topic_id, uuid.UUID)
+            key = (group_id, topic_id, index)
+            if key in self.entries or key in self._initialized or key in self._initializing:
+                continue
+            self._initializing[key] = asyncio.get_running_loop().create_future()
+            self._spawn(self._initialize(key))
 
-        for tp in parts:
-            self._spawn(one(tp))
+    async def _initialize(self, key: ShareKey) -> None:
+        try:
+            state = await self.persister.read_state(key)
+            partition = self.partition_of(key[1], key[2])
+            if (state is None or state.start_offset < 0) and partition is not None and not partition.deleted:
+                start = self._initial_offset(partition, self.settings_of(key[0]))
+                epoch = 0 if state is None else state.state_epoch
+                await self.persister.write_state(WriteState(key, epoch, partition.leader_epoch, start, 0, ()))
+            self._initialized.add(key)
+        except KafkaError as exc:
+            log.debug("share partition not initialized", group_id=key[0], topic_id=str(key[1]), partition=key[2],
+                      error=repr(exc))
+        finally:
+            self._initializing.pop(key).set_result(None)
 
     def on_connection_closed(self, connection: object) -> None:
         for session in self.sessions.on_connection_closed(connection):

@@ -2,7 +2,9 @@
 
 A member opens its session with a ShareFetch at epoch 0 listing the partitions to fetch; every
 later request carries the next epoch (after INT32_MAX comes 1) and adds partitions (Topics) or
-removes them (ForgottenTopicsData); epoch -1 closes it (the member's acquired records are
+removes them (ForgottenTopicsData); the partitions keep the order in which they joined, which
+each fetch rotates by its epoch (manager.py, as Kafka's ShareSession and
+PartitionRotateStrategy); epoch -1 closes it (the member's acquired records are
 released). At most `group.share.max.share.sessions` sessions exist; a session also ends when the
 connection that opened it closes. Errors are Kafka's: SHARE_SESSION_NOT_FOUND,
 INVALID_SHARE_SESSION_EPOCH, SHARE_SESSION_LIMIT_REACHED, INVALID_REQUEST.

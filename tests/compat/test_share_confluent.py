@@ -7,6 +7,7 @@ are quick (Kafka's defaults stay the defaults); each test has its own group and 
 
 from __future__ import annotations
 
+import itertools
 import signal
 import threading
 import time
@@ -130,6 +131,68 @@ def test_implicit_acknowledgement_delivers_each_record_once(kafka: BrokerProcess
     second = share_consumer(kafka, group_id, consumers, topic_name)
     produce(kafka, topic_name, 2, partitions=2, start=40)
     assert sorted((p, o) for p, o, _ in poll_until(second, 2, idle=5)) == [(0, 20), (1, 20)]
+
+
+def test_the_first_poll_holds_one_partitions_records(kafka: BrokerProcess, topic_name: str, group_id: str,
+                                                     consumers: list[ShareConsumer]) -> None:
+    """librdkafka's test 0179 (destroy_with_explicit_ack): 50 records in each of two partitions;
+    the first non-empty poll holds one partition's 50, the second the other's. As Kafka: the
+    share-partitions load at the first ShareFetch, which answers with the first to load."""
+    create_topic(kafka, topic_name, 2)
+    set_group_configs(kafka, group_id, **{"share.auto.offset.reset": "earliest"})
+    p = Producer({"bootstrap.servers": kafka.bootstrap})
+    for partition in (0, 1):
+        for i in range(50):
+            p.produce(topic_name, value=b"v%d" % i, partition=partition)
+        assert p.flush(10) == 0
+    c = share_consumer(kafka, group_id, consumers, topic_name, explicit=True)
+    batches: list[list[tuple[int, int]]] = []
+    deadline = time.monotonic() + 60
+    while sum(map(len, batches)) < 100 and time.monotonic() < deadline:
+        messages = c.poll(3.0)
+        if messages:
+            batches.append([(m.partition(), m.offset()) for m in messages])
+            for m in messages:
+                assert m.error() is None, m.error()
+                c.acknowledge(m, AcknowledgeType.ACCEPT)
+    assert [len(b) for b in batches] == [50, 50], [len(b) for b in batches]
+    first, second = ({p for p, _ in b} for b in batches)
+    assert len(first) == 1 and len(second) == 1 and first != second, (first, second)
+    assert all(sorted(o for _, o in b) == list(range(50)) for b in batches)
+    assert all(e is None for e in c.commit_sync(10).values())
+
+
+def test_partitions_are_served_in_turn(kafka: BrokerProcess, topic_name: str, group_id: str,
+                                       consumers: list[ShareConsumer]) -> None:
+    """max.poll.records 10 (the ShareFetch's MaxRecords) and 100 records in each of two
+    partitions, in batches of 10: a fetch takes them from the first partition in its order only,
+    and Kafka's rotation by the share session epoch starts the next fetch at the other one."""
+    create_topic(kafka, topic_name, 2)
+    set_group_configs(kafka, group_id, **{"share.auto.offset.reset": "earliest"})
+    p = Producer({"bootstrap.servers": kafka.bootstrap})
+    for partition in (0, 1):
+        for batch in range(10):
+            for i in range(10):
+                p.produce(topic_name, value=b"v%d" % (10 * batch + i), partition=partition)
+            assert p.flush(10) == 0  # one log batch each
+    c = ShareConsumer({"bootstrap.servers": kafka.bootstrap, "group.id": group_id, "max.poll.records": 10})
+    consumers.append(c)
+    c.subscribe([topic_name])
+    served: list[int] = []
+    got: list[tuple[int, int]] = []
+    deadline = time.monotonic() + 60
+    while len(got) < 200 and time.monotonic() < deadline:
+        messages = c.poll(3.0)
+        if messages:
+            assert all(m.error() is None for m in messages)
+            partitions = {m.partition() for m in messages}
+            assert len(partitions) == 1 and len(messages) == 10, [(m.partition(), m.offset()) for m in messages]
+            served.append(partitions.pop())
+            got += [(m.partition(), m.offset()) for m in messages]
+    assert sorted(got) == [(p, o) for p in (0, 1) for o in range(100)]
+    assert set(served[:3]) == {0, 1}, served
+    runs = [len(list(g)) for _, g in itertools.groupby(served)]
+    assert max(runs) <= 2, served  # neither partition waits while the other is drained
 
 
 def test_explicit_acknowledgement(kafka: BrokerProcess, topic_name: str, group_id: str,

@@ -50,3 +50,14 @@ def test_the_epoch_wraps_to_one_and_closed_connections_end_their_sessions() -> N
     cache.fetch("g", "b", INITIAL_EPOCH, [TP], [], False, object())
     assert [s.key for s in cache.on_connection_closed(conn)] == [("g", "a")]
     assert cache.get(("g", "a")) is None and cache.get(("g", "b")) is not None
+
+
+def test_the_partitions_keep_the_order_they_joined_in() -> None:
+    """A fetch rotates them by its epoch (ShareSession.update keeps a partition added again in
+    its place; one forgotten and added again goes last)."""
+    a, b, c = ((TP[0], i) for i in range(3))
+    cache = ShareSessionCache()
+    cache.fetch("g", "m", INITIAL_EPOCH, [a, b], [], False)
+    assert list(cache.fetch("g", "m", 1, [c, a], [], False).partitions) == [a, b, c]  # type: ignore[union-attr]
+    assert list(cache.fetch("g", "m", 2, [], [a], False).partitions) == [b, c]  # type: ignore[union-attr]
+    assert list(cache.fetch("g", "m", 3, [a], [], False).partitions) == [b, c, a]  # type: ignore[union-attr]
