@@ -279,6 +279,12 @@ class ClusterNode:
                     # brokers, wait until the controller lets it lapse
                     log.info("registration refused until the previous incarnation's session ends",
                              node_id=self.node_id)
+                elif exc.code is ErrorCode.CLUSTER_AUTHORIZATION_FAILED:
+                    security = self.settings.inter_broker_security
+                    log.error("the controller refused this broker: the principal it authenticates as on the "
+                              "inter-broker listener needs CLUSTER_ACTION on the cluster (super.users)",
+                              listener=self.settings.inter_broker_listener,
+                              user=security.credentials.get("username") if security is not None else None)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 1.0)
             except asyncio.CancelledError:
