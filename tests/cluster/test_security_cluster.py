@@ -12,6 +12,9 @@ spans partitions led by all three (markers and verification between brokers). A 
 whose inter-broker password is wrong cannot register: it logs the authentication failure, keeps
 trying, and the cluster is unaffected.
 
+SASL with SCRAM-SHA-512 between brokers: their user is made with AlterUserScramCredentials through
+the controller, the others register once it exists.
+
 SSL with mutual TLS: the brokers' certificate (CN=broker) maps to User:broker, their super user;
 the same clients over TLS.
 """
@@ -34,6 +37,9 @@ from confluent_kafka.admin import (
     NewTopic,
     ResourcePatternType,
     ResourceType,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
 )
 from kafka import KafkaAdminClient
 
@@ -333,6 +339,45 @@ def test_a_broker_without_good_inter_broker_credentials_cannot_register(
     finally:
         assert intruder.stop() == 0, intruder.output()[-3000:]
     assert live(cluster, ADMIN)[0] == {1, 2, 3}
+
+
+def test_scram_inter_broker_user_made_with_alter_user_scram_credentials(tmp_path: Path) -> None:
+    """Brokers authenticating with SCRAM need their user in the metadata first: the first node,
+    the controller, registers without the network; the others fail to authenticate (and say so)
+    until an admin creates the user through the controller, then register by themselves."""
+    need_etcd()
+    scram_jaas = 'org.apache.kafka.common.security.scram.ScramLoginModule required username="broker" password="b-pw";'
+    overrides = {**SASL, "super.users": "User:admin;User:broker", "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
+                 "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+                 "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config": scram_jaas}
+    cluster = ProcessCluster(tmp_path, 3, overrides)
+    for process in cluster.nodes.values():
+        process.overrides["listeners"] = "SASL_PLAINTEXT://127.0.0.1:%d" % process.port
+    try:
+        cluster.start()
+        first, others = cluster.node(1), [cluster.node(2), cluster.node(3)]
+        failure = "failed authentication due to: Authentication failed during authentication due to invalid " \
+                  "credentials with SASL mechanism SCRAM-SHA-512"
+        wait_for(lambda: all(failure in p.output() for p in others), 30, interval=0.1,
+                 what="the other nodes refused before their user exists")
+        # only the controller is live: an admin bootstrapped there reaches it alone
+        admin = admin_of(first.bootstrap, ADMIN)
+        assert {n.id for n in admin.describe_cluster().result(10).nodes} == {1}
+        upsert = UserScramCredentialUpsertion("broker", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096),
+                                              b"b-pw")
+        for future in admin.alter_user_scram_credentials([upsert]).values():
+            future.result(10)
+        wait_live(cluster, ADMIN, {1, 2, 3})
+        topic = "scram-" + uuid.uuid4().hex[:6]
+        create_spread_topic(cluster, ADMIN, topic)
+        acked = produce(cluster.bootstrap, ADMIN, topic, 5)
+        assert consume(cluster.bootstrap, ADMIN, topic, 5 * PARTITIONS) == acked
+        assert all("b-pw" not in p.output() for p in cluster.nodes.values())
+    except BaseException:
+        print(cluster.logs())
+        raise
+    finally:
+        cluster.stop()
 
 
 # SSL with mutual TLS -----------------------------------------------------------------------------
