@@ -11,7 +11,13 @@ itself. Controller unknown or unreachable: NOT_CONTROLLER, which clients retry.
 
 Also here, the controller's own APIs that no client calls and that ApiVersions does not list:
 Envelope, BrokerRegistration, BrokerHeartbeat, AllocateProducerIds (Kafka's controller
-listener APIs), served only in cluster mode and only to principals with CLUSTER_ACTION.
+listener APIs), served only in cluster mode, only on the inter-broker listener (Kafka serves
+them on its privileged listeners only: another listener's connection that sends one is closed)
+and only to principals with CLUSTER_ACTION on the cluster (ControllerApis: the other brokers
+authenticate as the inter-broker principal, which needs it; super.users, as Kafka's docs
+recommend). An Envelope is unwrapped as Kafka's EnvelopeUtils does: a principal that cannot be
+read is PRINCIPAL_DESERIALIZATION_FAILURE, a bad client address or an API that is not
+forwardable INVALID_REQUEST, an inner request that cannot be parsed UNSUPPORTED_VERSION.
 """
 
 from __future__ import annotations
@@ -22,15 +28,18 @@ import struct
 from typing import Any
 
 from broker.apis.addressing import fail_whole
-from broker.apis.registry import APIS, Handler, RequestContext, api
+from broker.apis.registry import APIS, CONTROLLER_APIS, Handler, RequestContext, api
+from broker.apis.routing import FORWARDED
 from broker.cluster.node import ClusterNode
-from broker.security.authz import Op, authorize_cluster
+from broker.observability.logger import get_logger
+from broker.security.authz import Op, authorize_cluster, listener_of, principal_of
 from protocol import frames
 from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
 
 E = ErrorCode
 ENVELOPE = 58
+log = get_logger("broker.cluster")
 
 
 def encode_principal(principal: str) -> bytes:
@@ -56,10 +65,8 @@ def host_bytes(host: str) -> bytes:
 
 
 def host_text(data: bytes) -> str:
-    try:
-        return str(ipaddress.ip_address(bytes(data)))
-    except ValueError:
-        return "0.0.0.0"
+    """The client's address an Envelope carries (ValueError: not an IPv4 or IPv6 address)."""
+    return str(ipaddress.ip_address(bytes(data)))
 
 
 async def forward(node: ClusterNode, ctx: Any, request: Any, handler: Handler) -> Any:
@@ -104,35 +111,65 @@ class _Forwarded:
         return getattr(self._connection, name)
 
 
+class _Closed(Exception):
+    """The request came in on a listener that does not serve it: the connection was closed."""
+
+
 def _cluster(ctx: RequestContext) -> ClusterNode:
     mode = getattr(ctx.broker, "cluster", None)
     node = getattr(mode, "node", None)
     if node is None:
         raise KafkaError(E.UNSUPPORTED_VERSION, "Not a node of a cluster.")
+    listener = listener_of(ctx)
+    if listener is not None and listener.upper() != node.settings.inter_broker_listener.upper():
+        log.warning("closing connection: %s is only accepted on the inter-broker listener %s"
+                    % (CONTROLLER_APIS[ctx.api_key].name, node.settings.inter_broker_listener),
+                    listener=listener, client_host=ctx.client_host)
+        ctx.connection.close()
+        raise _Closed()
     if not authorize_cluster(ctx, Op.CLUSTER_ACTION):
-        raise KafkaError(E.CLUSTER_AUTHORIZATION_FAILED, "Request is not authorized.")
+        raise KafkaError(E.CLUSTER_AUTHORIZATION_FAILED, "Principal %s does not have required CLUSTER_ACTION"
+                         % principal_of(ctx))
     return node  # type: ignore[no-any-return]
 
 
+def _envelope_error(code: ErrorCode) -> M.EnvelopeResponse:
+    return M.EnvelopeResponse(error_code=code, response_data=None)
+
+
 @api(58, controller=True)
-async def handle_envelope(ctx: RequestContext, request: M.EnvelopeRequest) -> M.EnvelopeResponse:
-    node = _cluster(ctx)
+async def handle_envelope(ctx: RequestContext, request: M.EnvelopeRequest) -> M.EnvelopeResponse | None:
+    try:
+        node = _cluster(ctx)
+    except _Closed:
+        return None
     if not node.is_controller:
-        return M.EnvelopeResponse(error_code=E.NOT_CONTROLLER, response_data=None)
+        return _envelope_error(E.NOT_CONTROLLER)
+    try:
+        principal = decode_principal(bytes(request.request_principal or b""))
+    except Exception:
+        return _envelope_error(E.PRINCIPAL_DESERIALIZATION_FAILURE)
+    try:
+        client_host = host_text(bytes(request.client_host_address))
+    except ValueError:
+        return _envelope_error(E.INVALID_REQUEST)
     data = memoryview(bytes(request.request_data or b""))
     try:
         api_key, api_version, correlation_id = struct.unpack_from(">hhi", data)
-        inner_api = APIS.get(api_key)
-        if inner_api is None or not inner_api.supports(api_version):
-            return M.EnvelopeResponse(error_code=E.UNSUPPORTED_VERSION, response_data=None)
+    except struct.error:
+        return _envelope_error(E.UNSUPPORTED_VERSION)
+    if api_key not in FORWARDED:
+        return _envelope_error(E.INVALID_REQUEST)  # not eligible for forwarding
+    inner_api = APIS.get(api_key)
+    if inner_api is None or not inner_api.supports(api_version):
+        return _envelope_error(E.UNSUPPORTED_VERSION)
+    try:
         header_version = frames.request_header_version(api_key, api_version)
         client_id, body = frames.decode_header_rest(data, header_version)
         inner = M.decode_request(api_key, api_version, data[body:])
-        principal = decode_principal(bytes(request.request_principal or b""))
     except Exception:
-        return M.EnvelopeResponse(error_code=E.INVALID_REQUEST, response_data=None)
-    inner_ctx = RequestContext(ctx.broker, api_key, api_version, correlation_id, client_id,
-                               host_text(bytes(request.client_host_address)), 0,
+        return _envelope_error(E.UNSUPPORTED_VERSION)  # Kafka's answer to an inner request it cannot parse
+    inner_ctx = RequestContext(ctx.broker, api_key, api_version, correlation_id, client_id, client_host, 0,
                                _Forwarded(ctx.connection, principal))
     try:
         response = await inner_api.handler(inner_ctx, inner)
@@ -147,8 +184,11 @@ async def handle_envelope(ctx: RequestContext, request: M.EnvelopeRequest) -> M.
 
 @api(62, controller=True)
 async def handle_broker_registration(ctx: RequestContext,
-                                     request: M.BrokerRegistrationRequest) -> M.BrokerRegistrationResponse:
-    node = _cluster(ctx)
+                                     request: M.BrokerRegistrationRequest) -> M.BrokerRegistrationResponse | None:
+    try:
+        node = _cluster(ctx)
+    except _Closed:
+        return None
     try:
         return await _controller(node).register(request)  # type: ignore[no-any-return]
     except KafkaError as exc:
@@ -156,8 +196,12 @@ async def handle_broker_registration(ctx: RequestContext,
 
 
 @api(63, controller=True)
-async def handle_broker_heartbeat(ctx: RequestContext, request: M.BrokerHeartbeatRequest) -> M.BrokerHeartbeatResponse:
-    node = _cluster(ctx)
+async def handle_broker_heartbeat(ctx: RequestContext,
+                                  request: M.BrokerHeartbeatRequest) -> M.BrokerHeartbeatResponse | None:
+    try:
+        node = _cluster(ctx)
+    except _Closed:
+        return None
     try:
         return await _controller(node).heartbeat(request)  # type: ignore[no-any-return]
     except KafkaError as exc:
@@ -167,8 +211,11 @@ async def handle_broker_heartbeat(ctx: RequestContext, request: M.BrokerHeartbea
 
 @api(67, controller=True)
 async def handle_allocate_producer_ids(ctx: RequestContext,
-                                       request: M.AllocateProducerIdsRequest) -> M.AllocateProducerIdsResponse:
-    node = _cluster(ctx)
+                                       request: M.AllocateProducerIdsRequest) -> M.AllocateProducerIdsResponse | None:
+    try:
+        node = _cluster(ctx)
+    except _Closed:
+        return None
     try:
         return await _controller(node).allocate_producer_ids(request)  # type: ignore[no-any-return]
     except KafkaError as exc:

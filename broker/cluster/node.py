@@ -47,6 +47,7 @@ from broker.cluster.metadata_sync import ControllerLog, MetadataLoader, not_cont
 from broker.cluster.view import ImageView
 from broker.metadata import MetadataStore
 from broker.observability.logger import get_logger
+from broker.security.interbroker import InterBrokerSecurity, inter_broker_security
 from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
 
@@ -68,15 +69,19 @@ class ClusterSettings:
     rack: str | None
     snapshot_bytes: int  # metadata.log.max.record.bytes.between.snapshots
     static_min_insync_replicas: int
+    # how this node connects to the others' inter-broker listener (TLS, SASL); None: plain TCP
+    inter_broker_security: InterBrokerSecurity | None = None
 
     @classmethod
     def from_config(cls, config: Any, inter_broker_listener: str) -> ClusterSettings:
+        """The settings of a node (SecurityConfigError: the inter-broker listener's security
+        cannot work as configured)."""
         endpoints = [e.strip() for e in str(config["etcd.endpoints"]).split(",") if e.strip()]
         return cls(endpoints, str(config["etcd.root"]), int(config["etcd.lease.timeout.ms"]),
                    int(config["broker.session.timeout.ms"]), int(config["broker.heartbeat.interval.ms"]),
                    inter_broker_listener, config["broker.rack"],
                    int(config["metadata.log.max.record.bytes.between.snapshots"]),
-                   config.static_min_insync_replicas)
+                   config.static_min_insync_replicas, inter_broker_security(config, inter_broker_listener))
 
 
 class ClusterNode:
@@ -98,7 +103,7 @@ class ClusterNode:
         self.controller: ActiveController | None = None
         self.election: ControllerElection | None = None
         self.view: ImageView | None = None
-        self.clients = NodeClients(self._inter_broker_address, "broker-%d" % node_id)
+        self.clients = NodeClients(self._inter_broker_address, "broker-%d" % node_id, settings.inter_broker_security)
         self.incarnation_id = uuid.uuid4()
         self.broker_epoch = -1
         self.fenced = True
@@ -274,6 +279,12 @@ class ClusterNode:
                     # brokers, wait until the controller lets it lapse
                     log.info("registration refused until the previous incarnation's session ends",
                              node_id=self.node_id)
+                elif exc.code is ErrorCode.CLUSTER_AUTHORIZATION_FAILED:
+                    security = self.settings.inter_broker_security
+                    log.error("the controller refused this broker: the principal it authenticates as on the "
+                              "inter-broker listener needs CLUSTER_ACTION on the cluster (super.users)",
+                              listener=self.settings.inter_broker_listener,
+                              user=security.credentials.get("username") if security is not None else None)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 1.0)
             except asyncio.CancelledError:

@@ -17,6 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 NOT_AT_START = [
     "broker.security.sasl.authenticator",  # the first connection on a SASL listener
     "broker.security.sasl.mechanisms",
+    "broker.security.sasl.client",  # a node of a cluster with a SASL inter-broker listener
+    "broker.security.interbroker",  # etcd.endpoints
     "broker.network.http",  # metrics.port
     "prometheus_client",  # the first scrape
     "broker.testing.simulated",  # simulated.brokers
