@@ -15,7 +15,7 @@ from broker.cluster.publisher import MetadataPublisher
 from broker.cluster.view import ImageView
 from broker.config import read_properties
 from broker.metadata import MetadataImage, TopicInfo
-from broker.metadata.image import OFFSETS_TOPIC, SHARE_STATE_TOPIC, TRANSACTION_STATE_TOPIC
+from broker.metadata.image import INTERNAL_TOPICS, OFFSETS_TOPIC, SHARE_STATE_TOPIC, TRANSACTION_STATE_TOPIC
 from broker.metadata.quorum import QuorumState, Replica
 from broker.observability.logger import get_logger
 from protocol import messages as M
@@ -192,7 +192,10 @@ class ClusterMode(LocalBroker):
                 request.topics[0].num_partitions = request.topics[0].replication_factor = -1
             response = await self.node.to_controller(CREATE_TOPICS, CREATE_TOPICS_VERSION, request, _unreachable)
             result = response.topics[0]
-            if result.error_code:
+            # a coordinator's internal topic is made by whichever request needs it first (two
+            # members joining at once, on one node or on two): the one made meanwhile is the one wanted
+            made_meanwhile = result.error_code == ErrorCode.TOPIC_ALREADY_EXISTS and name in INTERNAL_TOPICS
+            if result.error_code and not made_meanwhile:
                 raise KafkaError(ErrorCode(result.error_code), result.error_message or "")  # type: ignore[call-arg]
             await self.node.caught_up_with_controller()
         await self.publisher.settled()

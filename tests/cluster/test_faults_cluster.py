@@ -8,13 +8,18 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from protocol import messages as M
 from tests.cluster.harness import ProcessCluster
 from tests.cluster.nodes import (
+    GROUP,
+    create_topic,
+    key_coordinated_by,
     live_brokers,
     need_etcd,
     roles,
@@ -22,7 +27,7 @@ from tests.cluster.nodes import (
     start_cluster,
     wait_live,
 )
-from tests.harness import ROOT, free_port
+from tests.harness import ROOT, RawClient, free_port
 
 SHARE_GROUP_HEARTBEAT = 76
 
@@ -98,3 +103,24 @@ def test_sigterm_of_the_controller_stops_it_cleanly(fresh: ProcessCluster) -> No
     assert time.monotonic() - began < 5
     survivors = set(fresh.nodes) - {active}
     wait_live(fresh, survivors, timeout=15)
+
+
+def test_share_consumers_joining_at_once_on_a_node_that_is_not_the_controller(fresh: ProcessCluster) -> None:
+    """Two members joining a share group at once, before __share_group_state exists, on a
+    coordinator that is not the controller: both asked the controller to create the topic, and the
+    second was answered TOPIC_ALREADY_EXISTS (fatal to librdkafka's ShareConsumer)."""
+    active, other = roles(fresh)
+    port = fresh.node(other).port
+    assert create_topic(port, "shared", 3) == (0, None)
+    group = key_coordinated_by(port, GROUP, other, "share-join")
+    R = M.ShareGroupHeartbeatRequest
+    clients = [RawClient(port, "share-join-%d" % i) for i in range(2)]
+    try:
+        for client in clients:  # both sent before either is answered
+            client.send(SHARE_GROUP_HEARTBEAT, 1, R(group_id=group, member_id=uuid.uuid4().hex, member_epoch=0,
+                                                    subscribed_topic_names=["shared"]))
+        answers = [client.receive(SHARE_GROUP_HEARTBEAT, 1) for client in clients]
+    finally:
+        for client in clients:
+            client.close()
+    assert [(a.error_code, a.error_message) for a in answers] == [(0, None), (0, None)]
