@@ -71,6 +71,9 @@ class NodeClient:
         async with self._lock:
             try:
                 return await asyncio.wait_for(send(), self.timeout_s)
+            except asyncio.CancelledError:
+                self.close()  # given up with its answer perhaps still to come: not the next request's
+                raise
             except (TimeoutError, OSError, asyncio.IncompleteReadError, _Unknown, AuthenticationError) as exc:
                 self.close()
                 self._log_failure(exc)
