@@ -43,6 +43,9 @@ from protocol.errors import ErrorCode, KafkaError
 
 log = get_logger("broker.cluster")
 
+RELOAD_RETRY_S = 0.2  # how often a node whose image must be reloaded asks an absent etcd again
+
+
 def not_controller(message: str) -> KafkaError:
     return KafkaError(ErrorCode.NOT_CONTROLLER, message)
 
@@ -141,6 +144,7 @@ class MetadataLoader:
         self._task: asyncio.Task[None] | None = None
         self._position_changed = asyncio.Condition()
         self._reload = False
+        self._stopping = False
 
     def load_local(self) -> None:
         """The image of the last local snapshot, if any (before `start`)."""
@@ -152,6 +156,7 @@ class MetadataLoader:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="metadata-loader")
 
     async def stop(self) -> None:
+        self._stopping = True
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -173,9 +178,7 @@ class MetadataLoader:
         while True:
             try:
                 if self._reload:
-                    self._reload = False
-                    self.store.image = MetadataImage()  # from the snapshot in etcd and the log since
-                    self._notify(None)
+                    await self._load_anew()
                 async for item in self.mlog.read(self.store.image.records):
                     if isinstance(item, Snapshot):
                         self.store.image = image_from_records(item.records, item.end_offset)
@@ -184,7 +187,7 @@ class MetadataLoader:
                         self._replay(item)
                     await self._advanced()
             except asyncio.CancelledError:
-                if not self._reload:
+                if not self._reload or self._stopping:
                     raise
             except MetadataLogError as exc:
                 log.error("the metadata log in etcd cannot continue this node's image; loading it anew",
@@ -192,19 +195,36 @@ class MetadataLoader:
                 self._reload = True
                 await asyncio.sleep(1.0)
 
+    async def _load_anew(self) -> None:
+        """The image rebuilt aside from etcd (its snapshot, then the log) and put in place once it
+        reaches the log's end. Until then the node keeps the image it has and serves with it,
+        however long etcd is away: an empty image in between would tell the listeners that every
+        topic is gone, and they would delete its partitions' logs."""
+        while True:
+            try:
+                end = await self.mlog.end_offset()
+                break
+            except EtcdUnavailable:
+                await asyncio.sleep(RELOAD_RETRY_S)
+        image = MetadataImage()
+        if end > 0:
+            async with contextlib.aclosing(self.mlog.read(0)) as reader:
+                async for item in reader:
+                    if isinstance(item, Snapshot):
+                        image = image_from_records(item.records, item.end_offset)
+                    else:
+                        _replay_into(image, item)
+                    if image.records >= end:
+                        break
+        self._reload = False
+        self.store.image = image
+        self._notify(None)
+        await self._advanced()
+
     def _replay(self, batch: Batch) -> None:
-        image = self.store.image
-        skip = image.records - batch.base_offset  # replayed already (the controller's own changes)
-        if skip >= len(batch.records):
-            return
-        replayed: list[Any] = []
-        for value in batch.records[max(skip, 0):]:
-            record = decode_record(value)
-            if record is None:
-                image.records += 1
-            else:
-                image.replay(record)
-                replayed.append(record)
+        if self.store.image.records >= batch.end_offset:
+            return  # replayed already (the controller's own changes)
+        replayed = _replay_into(self.store.image, batch)
         self._since_snapshot += sum(len(v) for v in batch.records)
         if replayed:
             self._notify(replayed)
@@ -222,6 +242,21 @@ class MetadataLoader:
             self._since_snapshot = 0
             image = self.store.image
             await asyncio.to_thread(self.local.save, Snapshot(image.records, 0, image_records(image)))
+
+
+def _replay_into(image: MetadataImage, batch: Batch) -> list[Any]:
+    """Replay what `image` lacks of `batch` (the controller replayed its own changes already);
+    returns the records replayed."""
+    skip = image.records - batch.base_offset
+    replayed: list[Any] = []
+    for value in batch.records[max(skip, 0):]:
+        record = decode_record(value)
+        if record is None:
+            image.records += 1
+        else:
+            image.replay(record)
+            replayed.append(record)
+    return replayed
 
 
 class ClusterMetadataStore(MetadataStore):
