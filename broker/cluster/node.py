@@ -239,6 +239,11 @@ class ClusterNode:
             await self.clog.sync()
 
     def controller_client_call(self, api_key: int, version: int, request: Any) -> Awaitable[Any]:
+        """A request to the active controller, another node (KafkaError NOT_CONTROLLER if none)."""
+        if self.controller_id == self.node_id:
+            # elected but not active yet, or its lease lost: a call to itself would wait on its own
+            # connection (one request at a time) until it timed out, and everything behind it
+            raise not_controller("This node is not the active controller yet, or no longer.")
         return self.clients(self.controller_id).call(api_key, version, request, unreachable=ErrorCode.NOT_CONTROLLER)
 
     async def to_controller(self, api_key: int, version: int, request: Any,

@@ -11,23 +11,31 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from protocol import messages as M
+from protocol.errors import ErrorCode
 from tests.cluster.harness import ProcessCluster
 from tests.cluster.nodes import (
     GROUP,
     create_topic,
+    find_coordinator,
     key_coordinated_by,
     live_brokers,
     need_etcd,
     roles,
     shared_cluster,
+    spread,
     start_cluster,
     wait_live,
 )
-from tests.harness import ROOT, RawClient, free_port
+from tests.cluster.nodes import (
+    leaders as leaders_of,
+)
+from tests.harness import ROOT, RawClient, free_port, wait_for
 
 SHARE_GROUP_HEARTBEAT = 76
 
@@ -124,3 +132,112 @@ def test_share_consumers_joining_at_once_on_a_node_that_is_not_the_controller(fr
         for client in clients:
             client.close()
     assert [(a.error_code, a.error_message) for a in answers] == [(0, None), (0, None)]
+
+
+class Acks:
+    """A producer (acks=all) and what it got acknowledged."""
+
+    def __init__(self, cluster: ProcessCluster, idempotent: bool) -> None:
+        self.producer = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": idempotent,
+                                  "acks": "all", "message.timeout.ms": 20000, "linger.ms": 5})
+        self.acked: list[bytes] = []
+        self.errors: list[object] = []
+
+    def _delivered(self, err: object, msg: Any) -> None:
+        if err is not None:
+            self.errors.append(err)
+        else:
+            self.acked.append(msg.value())
+
+    def send(self, topic: str, partitions: int, tag: str, n: int = 5) -> None:
+        """n records to each partition, every one acknowledged."""
+        for i in range(n):
+            for partition in range(partitions):
+                self.producer.produce(topic, value=b"%s-%d-%d" % (tag.encode(), partition, i), partition=partition,
+                                      on_delivery=self._delivered)
+        assert self.producer.flush(30) == 0
+        assert not self.errors, self.errors
+
+
+def read_all(cluster: ProcessCluster, topic: str, partitions: int, want: int, timeout: float = 30.0) -> list[bytes]:
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "reader-" + uuid.uuid4().hex[:6],
+                         "enable.auto.commit": False, "enable.partition.eof": True})
+    got: list[bytes] = []
+    at_end: set[int] = set()
+    try:
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+
+        def done() -> bool:
+            for msg in consumer.consume(100, 0.2):
+                if msg.error() is None:
+                    got.append(msg.value())
+                    at_end.discard(msg.partition())
+                elif msg.error().code() == -191:  # _PARTITION_EOF
+                    at_end.add(msg.partition())
+            return len(got) >= want and len(at_end) == partitions
+
+        try:
+            wait_for(done, timeout, interval=0, what="%d records of %s" % (want, topic))
+        except TimeoutError as exc:
+            raise AssertionError("%s: read %d, at the end of %s" % (exc, len(got), sorted(at_end))) from None
+    finally:
+        consumer.close()
+    return got
+
+
+def refused_in_time(cluster: ProcessCluster, prefix: str) -> None:
+    """Without etcd: on every node a metadata change is refused retriably and a coordinator that
+    needs a new internal topic is not available, both answered at once (not after a timeout)."""
+    for node in cluster.nodes:
+        port = cluster.node(node).port
+        began = time.monotonic()
+        code, message = create_topic(port, "%s-%d" % (prefix, node), 3, timeout=5)
+        assert code == ErrorCode.NOT_CONTROLLER, (node, code, message)
+        assert find_coordinator(port, GROUP, "%s-group" % prefix) == (ErrorCode.COORDINATOR_NOT_AVAILABLE, -1)
+        assert time.monotonic() - began < 2, (node, time.monotonic() - began)
+
+
+@pytest.mark.timeout(150)
+def test_etcd_lost_while_running_and_back(fresh: ProcessCluster) -> None:
+    """Without etcd the nodes serve produce and fetch for what they lead, metadata changes get a
+    retriable error (not a hang), and once etcd is back everything resumes by itself; nothing
+    acknowledged is lost (a reload of the controller's image once emptied it and its logs)."""
+    partitions = 6
+    port = fresh.node(1).port
+    assert create_topic(port, "before", partitions) == (0, None)
+    leaders = spread(fresh, "before", partitions)
+    idempotent = Acks(fresh, idempotent=True)
+    idempotent.send("before", partitions, "a")
+
+    fresh.etcd.kill()
+    lost = time.monotonic()
+    idempotent.send("before", partitions, "b")  # its producer id was given before
+    plain = Acks(fresh, idempotent=False)  # a new idempotent producer needs an id block from the controller
+    plain.send("before", partitions, "p")
+    refused_in_time(fresh, "during")
+    # serving on, past the lease and the broker session timeout: nobody fences anybody
+    session = int(fresh.overrides["broker.session.timeout.ms"]) / 1000
+    rounds = 0
+    while time.monotonic() - lost < session + 1:
+        idempotent.send("before", partitions, "c%d" % rounds, n=1)
+        rounds += 1
+        time.sleep(0.2)  # a producer's pace, not a wait for anything
+    for node in fresh.nodes:
+        assert live_brokers(fresh.node(node).port) == set(fresh.nodes)
+        assert leaders_of(fresh.node(node).port, "before") == leaders
+    refused_in_time(fresh, "later")  # the leases are lost by now: no node calls itself the controller
+    every = idempotent.acked + plain.acked
+    assert sorted(read_all(fresh, "before", partitions, len(every))) == sorted(every)
+
+    fresh.etcd.start()
+    back = time.monotonic()
+    wait_for(lambda: create_topic(port, "after", partitions, timeout=5)[0] in (0, ErrorCode.TOPIC_ALREADY_EXISTS),
+             40, interval=0.2, what="CreateTopics to work again")
+    recovered = time.monotonic() - back
+    wait_live(fresh, timeout=30)
+    spread(fresh, "after", partitions)
+    fresh_producer = Acks(fresh, idempotent=True)
+    fresh_producer.send("after", partitions, "d")
+    assert sorted(read_all(fresh, "after", partitions, len(fresh_producer.acked))) == sorted(fresh_producer.acked)
+    assert sorted(read_all(fresh, "before", partitions, len(every))) == sorted(every)
+    print("etcd back: CreateTopics works again after %.2f s" % recovered)
