@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from broker.cluster.etcd import within
 from broker.observability.logger import get_logger
 from broker.security.errors import AuthenticationError
 from protocol import frames
@@ -70,7 +71,7 @@ class NodeClient:
     async def _guarded(self, send: Callable[[], Any], unreachable: ErrorCode) -> Any:
         async with self._lock:
             try:
-                return await asyncio.wait_for(send(), self.timeout_s)
+                return await within(self.timeout_s, send())
             except asyncio.CancelledError:
                 self.close()  # given up with its answer perhaps still to come: not the next request's
                 raise

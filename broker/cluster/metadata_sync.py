@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker.cluster.etcd import EtcdUnavailable
+from broker.cluster.etcd import EtcdUnavailable, within
 from broker.cluster.keys import Leadership, NotController
 from broker.cluster.metadata_log import (
     Batch,
@@ -171,8 +171,7 @@ class MetadataLoader:
     async def wait_for_offset(self, offset: int, timeout_s: float) -> None:
         """Until the image has replayed the log up to `offset` (its next offset)."""
         async with self._position_changed:
-            await asyncio.wait_for(self._position_changed.wait_for(lambda: self.store.image.records >= offset),
-                                   timeout_s)
+            await within(timeout_s, self._position_changed.wait_for(lambda: self.store.image.records >= offset))
 
     async def _run(self) -> None:
         while True:

@@ -39,7 +39,7 @@ from broker.cluster.election import (
     resolve_cluster_id,
 )
 from broker.cluster.errors import ClusterStartError
-from broker.cluster.etcd import EtcdUnavailable
+from broker.cluster.etcd import EtcdUnavailable, within
 from broker.cluster.etcd_http import HttpEtcd
 from broker.cluster.keys import ClusterKeys, Leadership
 from broker.cluster.metadata_log import LocalSnapshots, MetadataLog
@@ -349,7 +349,7 @@ class ClusterNode:
         self._tasks = []
         if clean and self.broker_epoch >= 0:
             with contextlib.suppress(Exception):  # controlled shutdown: fenced, leaderships moved, then go
-                await asyncio.wait_for(self._heartbeat(want_shut_down=True), shutdown_timeout_s)
+                await within(shutdown_timeout_s, self._heartbeat(want_shut_down=True))
         if self._becoming is not None:
             self._becoming.cancel()
         if self.controller is not None:

@@ -63,8 +63,18 @@ def run_broker(data: Path, timeout: float, **overrides: str) -> subprocess.Compl
     props = {"listeners": "PLAINTEXT://127.0.0.1:%d" % free_port(), "log.dirs": str(data), **overrides}
     for key, value in props.items():
         args += ["--override", "%s=%s" % (key.replace("_", "."), value)]
-    return subprocess.run(args, cwd=str(ROOT), capture_output=True, text=True, timeout=timeout,
-                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    out, err = data.with_name(data.name + ".out"), data.with_name(data.name + ".err")
+    with open(out, "w") as stdout, open(err, "w") as stderr:
+        process = subprocess.Popen(args, cwd=str(ROOT), stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL,
+                                   env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+        try:
+            code = process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+            raise AssertionError("the broker did not exit within %.0f s; its output:\n%s\n%s" % (
+                timeout, out.read_text()[-3000:], err.read_text()[-3000:])) from None
+    return subprocess.CompletedProcess(args, code, out.read_text(), err.read_text())
 
 
 # at start -----------------------------------------------------------------------------------------
