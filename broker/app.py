@@ -509,6 +509,17 @@ class Broker:
         nodes = self.cluster_nodes(listener)
         return nodes[0][0] if nodes else -1
 
+    async def partition_end_offset(self, topic: str, partition: int) -> int | None:
+        """A partition's high watermark as its leader has it (None: no such partition, or no
+        leader): this node's, or, in a cluster, asked of the leader (ListOffsets)."""
+        local = self.partitions.get(topic, partition)
+        leader = self.partition_layout(topic, partition)[0]
+        if local is not None and (self.cluster is None or leader == self.node_id):
+            return local.high_watermark
+        if self.cluster is None or leader < 0:
+            return None
+        return await self.cluster.latest_offset(leader, topic, partition)
+
     def metadata_quorum(self) -> QuorumState:
         """The metadata log's quorum (DescribeQuorum): this node alone, or the cluster's controller."""
         if self.cluster is not None:

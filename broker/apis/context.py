@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from broker.security.listeners import Listener
     from broker.security.quotas import ClientQuotas
     from broker.share.manager import SharePartitionManager
+    from broker.share.persister import ShareStateRouter
     from protocol.errors import ErrorCode
 
 Node = tuple[int, str, int]  # node id, host, port
@@ -80,6 +81,11 @@ class BrokerServices(Protocol):
 
     @property
     def share_manager(self) -> SharePartitionManager | None: ...
+
+    @property
+    def share_state(self) -> ShareStateRouter | None: ...  # a cluster: each key's share coordinator
+
+    async def partition_end_offset(self, topic: str, partition: int) -> int | None: ...
 
     @property
     def stopping(self) -> bool: ...

@@ -204,6 +204,18 @@ class ClusterMode(LocalBroker):
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The topic '%s' is not known here yet." % name)
         return info  # type: ignore[no-any-return]
 
+    async def latest_offset(self, leader: int, topic: str, partition: int) -> int | None:
+        """The high watermark of a partition another node leads (ListOffsets, latest)."""
+        R = M.ListOffsetsRequest
+        request = R(replica_id=-1, isolation_level=0, topics=[R.ListOffsetsTopic(name=topic, partitions=[
+            R.ListOffsetsPartition(partition_index=partition, current_leader_epoch=-1, timestamp=-1)])])
+        try:
+            response = await self.node.clients(leader).call(LIST_OFFSETS, LIST_OFFSETS_VERSION, request)
+        except KafkaError:
+            return None
+        found = response.topics[0].partitions[0]
+        return None if found.error_code else int(found.offset)
+
     def place_new_partitions(self, info: TopicInfo, total: int, assignments: list[list[int]] | None
                              ) -> list[list[int]]:
         """Replicas of the partitions a topic grows by (their indexes info.partitions .. total-1)."""
@@ -218,6 +230,7 @@ async def _unreachable(request: Any) -> Any:
 
 
 CREATE_TOPICS, CREATE_TOPICS_VERSION = 19, 7
+LIST_OFFSETS, LIST_OFFSETS_VERSION = 2, 7
 SECURITY_PROTOCOLS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}  # Kafka's ids
 
 

