@@ -102,11 +102,25 @@ class BrokerProcess:
         return self.log_path.read_text() if self.log_path.exists() else ""
 
 
+def connect(port: int, attempts: int = 5) -> socket.socket:
+    """A connection to 127.0.0.1:port. A refused connect is tried again a few times, as a real
+    client reconnects: one in several thousand fresh listeners on a busy machine refused the
+    first connection (CI), which no client test means to check."""
+    for attempt in range(attempts):
+        try:
+            return socket.create_connection(("127.0.0.1", port), timeout=10)
+        except ConnectionRefusedError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.05 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
 class RawClient:
     """A minimal blocking client speaking raw frames, for integration tests."""
 
     def __init__(self, port: int, client_id: str = "raw-test") -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.sock = connect(port)
         self.client_id = client_id
         self.correlation_id = 0
 
