@@ -107,6 +107,7 @@ class Assignment:
     isr: list[int]
     leader: int
     leader_epoch: int = 0  # bumped by every change of leader
+    partition_epoch: int = 0  # bumped by every change of the partition (ISR, leader, replicas)
 
 
 @dataclass(frozen=True)
