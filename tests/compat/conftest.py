@@ -5,14 +5,16 @@ port of 127.0.0.1 with a fresh data dir); tests that stop or kill a broker proce
 tests.harness.BrokerProcess themselves. A module changes its settings with a module-level
 `BROKER_OVERRIDES = {"property": "value"}`. `create_topic` makes topics with raw CreateTopics
 frames, so tests of one client do not depend on another client's admin support; `topic_name`
-gives each test its own topic name. When the module is done the broker must have logged no
-error, whatever the clients sent (but those holding a text of `EXPECTED_BROKER_ERRORS`).
+gives each test its own topic name; the clients a test puts in `closing` are closed after it.
+When the module is done the broker must have logged no error, whatever the clients sent (but
+those holding a text of `EXPECTED_BROKER_ERRORS`).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -59,3 +61,15 @@ def kafka(request: pytest.FixtureRequest) -> Iterator[CompatBroker]:
 def topic_name(request: pytest.FixtureRequest) -> str:
     """A topic name unique to the test (its node name made legal)."""
     return re.sub(r"[^a-zA-Z0-9._-]", "_", request.node.name)[:200]
+
+
+@pytest.fixture
+def closing() -> Iterator[list[Any]]:
+    """Clients closed at the end of the test, whatever happened."""
+    made: list[Any] = []
+    yield made
+    for c in made:
+        try:
+            c.close()
+        except Exception:
+            pass
