@@ -101,6 +101,15 @@ class BrokerProcess:
     def output(self) -> str:
         return self.log_path.read_text() if self.log_path.exists() else ""
 
+    def stop_cleanly(self) -> str:
+        """Stop; the broker must exit with 0 and have logged no traceback and no unexpected error.
+        Returns what it logged."""
+        rc = self.stop()
+        output = self.output()
+        assert rc == 0, output[-3000:]
+        assert "Traceback" not in output and "unexpected error" not in output, output[-5000:]
+        return output
+
 
 class RawClient:
     """A minimal blocking client speaking raw frames, for integration tests."""

@@ -24,8 +24,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     try:
         yield proc
     finally:
-        assert proc.stop() == 0
-    assert "Traceback" not in proc.output()
+        proc.stop_cleanly()
 
 
 @pytest.fixture(scope="module")
