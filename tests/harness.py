@@ -164,6 +164,12 @@ class RawClient:
     def close(self) -> None:
         self.sock.close()
 
+    def __enter__(self) -> RawClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 async def start_inprocess(tmp_path: Path, **overrides: str) -> Any:
     """Start a Broker in the running event loop on an ephemeral port; returns it."""
