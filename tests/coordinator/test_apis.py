@@ -198,6 +198,18 @@ async def test_describe_groups(broker: Any, version: int) -> None:
     assert missing.error_code == (E.GROUP_ID_NOT_FOUND if version >= 6 else 0)
 
 
+async def test_describe_groups_of_the_empty_group_id(broker: Any) -> None:
+    """DescribeGroups still describes the empty group id (Kafka keeps it for backwards
+    compatibility; ConsumerGroupDescribe and ShareGroupDescribe refuse it), each id once asked."""
+    request = M.DescribeGroupsRequest(groups=["", "missing", ""], include_authorized_operations=False)
+    out = await call(broker, group_apis.handle_describe_groups, request, 5)
+    assert [(g.group_id, g.error_code, g.group_state) for g in out.groups] == [
+        ("", 0, "Dead"), ("missing", 0, "Dead"), ("", 0, "Dead")]
+    described = await broker.group_coordinator.consumer_group_describe(["", "missing"])
+    assert [(g.group_id, g.error_code) for g in described] == [
+        ("", E.INVALID_GROUP_ID), ("missing", E.GROUP_ID_NOT_FOUND)]
+
+
 @pytest.mark.parametrize("version", range(0, 6))
 async def test_list_groups(broker: Any, version: int) -> None:
     await form(broker, "stable-one")
