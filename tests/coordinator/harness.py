@@ -171,6 +171,16 @@ class ShardHarness:
         response = self.fetch(group_id)
         return {(t.name, p.partition_index): p.committed_offset for t in response.topics for p in t.partitions}
 
+    def join_two(self, group_id: str, **kw: Any) -> tuple[str, str, int]:
+        """Two new dynamic members join and the initial delay passes: the group awaits their
+        SyncGroups. Returns the leader, the follower and the generation."""
+        a = self.join_new(group_id, **kw)
+        pa = self.pending
+        b = self.join_new(group_id, **kw)
+        self.advance(6000)
+        generation, leader = pa.result().generation_id, pa.result().leader
+        return leader, (b if leader == a else a), generation
+
     def form_group(self, group_id: str, n: int, *, version: int = 5, session_ms: int = 10000,
                    rebalance_ms: int = 30000, topics: tuple[str, ...] = ("t",)) -> tuple[list[str], int]:
         """n dynamic members join a new group, the initial delay passes, all sync; returns the
