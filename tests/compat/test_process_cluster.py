@@ -19,6 +19,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic  # noqa: 
 
 from protocol import messages as M  # noqa: E402
 from protocol.errors import ErrorCode  # noqa: E402
+from tests.compat.conftest import consume_until  # noqa: E402
 from tests.harness import BrokerProcess, RawClient, free_port, wait_for  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
@@ -68,16 +69,6 @@ def leaders(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
         return result if all(leader >= 0 for leader in result.values()) else None
 
     return wait_for(known, 20, what="the partitions of %s on %s" % (topic, bootstrap))  # type: ignore[no-any-return]
-
-
-def consume_all(consumer: Consumer, expected: int, timeout: float = 60) -> list[Any]:
-    seen: list[Any] = []
-    deadline = time.monotonic() + timeout
-    while len(seen) < expected and time.monotonic() < deadline:
-        for message in consumer.consume(num_messages=1000, timeout=0.5):
-            assert message.error() is None, message.error()
-            seen.append(message)
-    return seen
 
 
 def test_two_processes_share_partitions_and_groups(cluster: list[BrokerProcess]) -> None:
@@ -167,7 +158,7 @@ def test_follower_forwards_metadata_changes_and_restarts(cluster: list[BrokerPro
     assert producer.flush(30) == 0
     reader = Consumer({"bootstrap.servers": follower.bootstrap, "group.id": "after-restart"})
     reader.assign([TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING) for p in range(2)])
-    values = sorted(m.value() for m in consume_all(reader, 4, 30))
+    values = sorted(m.value() for m in consume_until(reader, 4, 30))
     reader.close()
     assert values == [b"after-0", b"after-1", b"before-0", b"before-1"]
 
@@ -209,6 +200,6 @@ def test_transactions_across_processes(cluster: list[BrokerProcess]) -> None:
     reader = Consumer({"bootstrap.servers": controller.bootstrap, "group.id": "reader",
                        "isolation.level": "read_committed", "enable.auto.commit": False})
     reader.assign([TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING) for p in range(2)])
-    values = sorted(m.value() for m in consume_all(reader, 6, 30))
+    values = sorted(m.value() for m in consume_until(reader, 6, 30))
     reader.close()
     assert values == [b"%d-%d" % (n, p) for n in (0, 2, 4) for p in range(2)]
