@@ -110,6 +110,16 @@ class BrokerProcess:
         assert "Traceback" not in output and "unexpected error" not in output, output[-5000:]
         return output
 
+    def __enter__(self) -> BrokerProcess:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        """A block that ended well must have kept the broker clean (stop_cleanly)."""
+        if exc_type is None:
+            self.stop_cleanly()
+        else:
+            self.stop()
+
 
 class RawClient:
     """A minimal blocking client speaking raw frames, for integration tests."""

@@ -58,11 +58,8 @@ def spark() -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    proc = BrokerProcess(tmp_path_factory.mktemp("kafka") / "data").start()
-    try:
+    with BrokerProcess(tmp_path_factory.mktemp("kafka") / "data") as proc:
         yield proc
-    finally:
-        proc.stop_cleanly()
 
 
 @pytest.fixture
