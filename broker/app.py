@@ -5,17 +5,16 @@ coordinator, the server. What only some brokers use is imported where it is star
 used: the transaction and share coordinators and the share-partition engine (at start), client
 telemetry (the first KIP-714 request), the authorizer (when `authorizer.class.name` is set), the
 HTTP endpoint and prometheus_client (when `metrics.port` is set, or metrics are first
-collected), the test kit's simulated and process clusters (when configured).
+collected), the test kit's simulated cluster and cluster mode on etcd (when configured).
 tests/test_import_laziness.py keeps it so.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,17 +22,18 @@ from broker.apis import load_handlers
 from broker.apis.context import TxnVerifier
 from broker.config import BrokerConfig, read_properties
 from broker.coordinator.group import GroupCoordinator, create_group_coordinator
+from broker.coordinator.group.config import CONFIG_KEYS as GROUP_CONFIG_KEYS
 from broker.coordinator.group.group_config import GroupConfigs
 from broker.coordinator.log_writer import LogPartitionWriter, internal_topic_log_config
 from broker.coordinator.timer import AsyncioClock
 from broker.gc_policy import collector_paused
-from broker.log import AppendOrigin, Log, LogCleaner, LogConfig, LogManager
+from broker.log import Log, LogCleaner, LogConfig, LogManager
 from broker.log.handles import OPEN_FILES, descriptor_limit
-from broker.log.reader import iter_records
 from broker.metadata import RESOURCE_CLIENT_METRICS, RESOURCE_GROUP, RESOURCE_TOPIC, MetadataStore, TopicInfo
-from broker.metadata.features import METADATA_VERSION, TRANSACTION_VERSION
+from broker.metadata.features import TRANSACTION_VERSION
 from broker.metadata.image import OFFSETS_TOPIC, SHARE_STATE_TOPIC, TRANSACTION_STATE_TOPIC
-from broker.metadata.quorum import start_new_epoch
+from broker.metadata.local import LogMetadataLog, ensure_meta_properties, read_directory_id
+from broker.metadata.quorum import QuorumState, Replica, start_new_epoch
 from broker.network.server import KafkaServer
 from broker.observability.logger import get_logger
 from broker.observability.metrics import Metrics
@@ -43,96 +43,25 @@ from broker.partition.log_dirs import LogDirMover
 from broker.security.listeners import build_listeners
 from broker.security.quotas import ClientQuotas
 from protocol.errors import ErrorCode, KafkaError
-from protocol.records import build_batch
 
 if TYPE_CHECKING:
+    from broker.cluster.local import ClusterMode
     from broker.coordinator.share import ShareCoordinator
     from broker.coordinator.txn import TransactionCoordinator, TxnCompletion
     from broker.coordinator.txn.markers import PartitionMarkerWriter
     from broker.network.http import HttpEndpoint
     from broker.observability.telemetry import ClientTelemetry
     from broker.security.authorizer import Authorizer
-    from broker.share.dlq import DlqSettings
     from broker.share.manager import ShareGroupSettings, SharePartitionManager
     from broker.share.metrics import ShareMetricsCollector
+    from broker.share.persister import ShareStateRouter
     from broker.testing.faults import Faults
-    from broker.testing.interbroker import NodeClient
-    from broker.testing.process_cluster import FollowerMetadataStore
     from broker.testing.simulated import SimulatedCluster
 
 log = get_logger("broker")
 
 METADATA_TOPIC = "__cluster_metadata"
-GROUP_CONFIG_KEYS = (
-    "offsets.topic.num.partitions", "group.min.session.timeout.ms", "group.max.session.timeout.ms",
-    "group.initial.rebalance.delay.ms", "group.max.size", "offset.metadata.max.bytes",
-    "offsets.retention.minutes", "offsets.retention.check.interval.ms",
-    "group.consumer.assignors", "group.consumer.heartbeat.interval.ms", "group.consumer.session.timeout.ms",
-    "group.consumer.min.session.timeout.ms", "group.consumer.max.session.timeout.ms", "group.consumer.max.size",
-    "group.consumer.assignment.interval.ms", "group.consumer.regex.refresh.interval.ms",
-    "group.consumer.migration.policy", "group.consumer.min.heartbeat.interval.ms",
-    "group.consumer.max.heartbeat.interval.ms", "group.share.heartbeat.interval.ms",
-    "group.share.min.heartbeat.interval.ms", "group.share.max.heartbeat.interval.ms", "group.share.session.timeout.ms",
-    "group.share.min.session.timeout.ms", "group.share.max.session.timeout.ms", "group.share.max.size",
-    "group.heartbeat.hold.ms",
-)
-SHARE_COORDINATOR_KEYS = (
-    "share.coordinator.state.topic.num.partitions", "share.coordinator.snapshot.update.records.per.snapshot",
-    "share.coordinator.state.topic.segment.bytes", "share.coordinator.state.topic.prune.interval.ms",
-)
 PRODUCER_EXPIRATION_CHECK_S = 600.0  # Kafka's producer.id.expiration.check.interval.ms default
-
-
-def new_base64_uuid() -> str:
-    """Kafka's textual ids (cluster id, directory id): a random UUID in URL-safe base64, unpadded."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
-
-
-def ensure_meta_properties(log_dir: Path, node_id: int, cluster_id: str | None) -> str:
-    """Read or write meta.properties (KRaft's v1 format); returns the cluster id."""
-    log_dir.mkdir(parents=True, exist_ok=True)
-    path = log_dir / "meta.properties"
-    if path.exists():
-        props = read_properties(path)
-        existing = props.get("cluster.id")
-        if existing:
-            if cluster_id and cluster_id != existing:
-                raise SystemExit("cluster.id %s does not match %s in %s" % (cluster_id, existing, path))
-            return existing
-    cluster_id = cluster_id or new_base64_uuid()
-    text = "#\n#%s\ncluster.id=%s\ndirectory.id=%s\nnode.id=%d\nversion=1\n" % (
-        time.strftime("%a %b %d %H:%M:%S UTC %Y", time.gmtime()), cluster_id, new_base64_uuid(), node_id,
-    )
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
-    return cluster_id
-
-
-def read_directory_id(log_dir: Path) -> uuid.UUID:
-    """The directory.id of a log dir's meta.properties (zero if it has none)."""
-    text = read_properties(log_dir / "meta.properties").get("directory.id", "")
-    try:
-        return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
-    except ValueError:
-        return uuid.UUID(int=0)
-
-
-class LogMetadataLog:
-    """The metadata log on the storage engine: `__cluster_metadata-0`, fsynced on every change."""
-
-    def __init__(self, log: Log) -> None:
-        self.log = log
-
-    def append(self, values: list[bytes]) -> None:
-        batch = build_batch([(None, v) for v in values], base_timestamp=None)
-        self.log.append(batch, origin=AppendOrigin.COORDINATOR)
-        self.log.flush()
-
-    def read_all(self) -> Iterator[bytes]:
-        for record in iter_records(self.log):
-            if record.value is not None:
-                yield record.value
 
 
 class Broker:
@@ -146,7 +75,7 @@ class Broker:
         self._telemetry: ClientTelemetry | None = None  # made at first use: see `telemetry`
         self.cluster_id = ""
         self.default_log_config = LogConfig.from_broker_properties(config.raw)
-        self.logs = LogManager(config.log_dirs, self.default_log_config, topic_config=self._topic_log_config,
+        self.logs = LogManager(config.log_dirs, self.default_log_config, topic_config=self.topic_log_config,
                                flush_observer=self.metrics.log_flushed)
         self.metadata: MetadataStore = None  # type: ignore[assignment]  # set in start()
         self.authorizer: Authorizer | None = None  # authorizer.class.name; set in start() (None: all allowed)
@@ -178,21 +107,8 @@ class Broker:
             from broker.testing.simulated import SimulatedCluster
 
             self.simulated = SimulatedCluster(self, count)
-        # one process per node of a simulated cluster (broker.testing.process_cluster): -1, or this one's k
-        self.process_node = int(config["simulated.process.node"]) if self.simulated is not None else -1
-        self.follower: FollowerMetadataStore | None = None  # the metadata of a node that is not the controller
-        self.own_node = self.node_id + max(self.process_node, 0)  # the node this process serves
-        self._node_clients: dict[int, NodeClient] = {}  # inter-broker requests to the sibling processes
-        if self.process_node > 0:
-            from broker.testing.process_cluster import (
-                FollowedMetadataLog,
-                FollowerMetadataStore,
-                controller_dir,
-            )
-
-            followed = FollowedMetadataLog(controller_dir(config), self.node_id)
-            self.follower = FollowerMetadataStore(followed, self.node_id, self.node_id + self.process_node,
-                                                  Path(config.log_dirs[0]))
+        self.cluster: ClusterMode | None = None  # one node of a cluster on etcd (etcd.endpoints); set in start()
+        self.share_state: ShareStateRouter | None = None  # share state on other nodes' share coordinators
         self.ports: list[int] = []
         self.listeners = build_listeners(config)  # checked and built before anything starts
         self.bound_ports: dict[str, int] = {}  # listener name -> bound port
@@ -225,48 +141,51 @@ class Broker:
     async def _start(self) -> None:
         load_handlers()
         cluster_id = self.config["cluster.id"]
+        if self.config["etcd.endpoints"]:  # one node of a cluster: the cluster id is etcd's
+            cluster_id = await self._join_cluster(cluster_id)
         for d in self.config.log_dirs:
             cluster_id = ensure_meta_properties(Path(d), self.node_id, cluster_id)
         self.cluster_id = cluster_id
         OPEN_FILES.configure(int(self.config["log.open.files.max"]))
         stats = await asyncio.to_thread(self.logs.startup)
         metadata_log = self.logs.get_or_create_log(METADATA_TOPIC, 0)
-        if self.follower is not None:
-            self.metadata = self.follower
+        self.metadata_directory_id = read_directory_id(Path(metadata_log.dir).parent)
+        if self.cluster is not None:
+            from broker.cluster.metadata_sync import ClusterMetadataStore
+
+            self.metadata = ClusterMetadataStore(LogMetadataLog(metadata_log), self.node_id)  # its log: etcd
+            directory_id = read_properties(Path(self.config.log_dirs[0]) / "meta.properties").get("directory.id", "")
+            await self.cluster.start(self.metadata, directory_id)  # caught up with the metadata in etcd
         else:
             self.metadata = MetadataStore(LogMetadataLog(metadata_log), self.node_id)
-        self.metadata_directory_id = read_directory_id(Path(metadata_log.dir).parent)
-        self.quorum_epoch = await asyncio.to_thread(start_new_epoch, metadata_log.dir, self.node_id)
-        self.metadata.load()
-        if self.follower is not None:
-            await self._wait_for_controller()
+            self.quorum_epoch = await asyncio.to_thread(start_new_epoch, metadata_log.dir, self.node_id)
+            self.metadata.load()
         if self.config["authorizer.class.name"]:  # None (everything allowed) unless one is configured
             from broker.security.authorizer import Authorizer
 
             self.authorizer = Authorizer.from_config(self.config, self.metadata.image)
         self.quotas = ClientQuotas.from_config(self.config, self.metadata.image)
         self.server.quotas = self.quotas
-        self.metadata.bootstrap(self.config.static_min_insync_replicas)
+        if self.cluster is None:  # a cluster's first controller bootstraps its features
+            self.metadata.bootstrap(self.config.static_min_insync_replicas)
         self.apply_dynamic_configs()  # logs were loaded before the metadata: give them their configs
-        for info in list(self.metadata.topics.values()):
-            self._ensure_partitions(info)
+        if self.cluster is None:
+            for info in list(self.metadata.topics.values()):
+                self._ensure_partitions(info)
         await self._start_group_coordinator()
         await self._start_transaction_coordinator()
         self.faults.attach(self)
         await self._start_share_groups()
-        offset = max(self.process_node, 0)  # a process of a simulated cluster listens as its node
+        if self.cluster is not None:
+            await self.cluster.follow()  # its partitions and the coordinators it leads, as the metadata says
         for listener in self.listeners:
-            node = self.node_id + offset if self.follower is not None else None
-            port = await self.server.listen(listener.host, listener.port + offset if listener.port else 0, listener,
-                                            node=node)
+            port = await self.server.listen(listener.host, listener.port, listener)
             self.ports.append(port)
             self.bound_ports[listener.name] = port
         if self.simulated is not None:
             await self.simulated.start()
-        if self.process_node == 0:  # the controller registers them, so that no follower has to
-            await self.ensure_offsets_topic()
-            await self.ensure_transaction_state_topic()
-            await self.ensure_share_state_topic()
+        if self.cluster is not None:
+            self._serve_cluster()
         port = int(self.config["metrics.port"])
         if port >= 0:
             from broker.network.http import HttpEndpoint
@@ -301,7 +220,7 @@ class Broker:
             self._internal_writer(OFFSETS_TOPIC, self._offsets_log_config), values, AsyncioClock(),
             metadata=self.metadata, consumer_session_settings=consumer_sessions, share_session_settings=share_sessions,
         )
-        await self.group_coordinator.start()
+        await self.group_coordinator.start(load=self.cluster is None)  # a node of a cluster: where it leads
 
     def _transaction_log_config(self) -> LogConfig:
         config = internal_topic_log_config(self.default_log_config,
@@ -324,39 +243,27 @@ class Broker:
             self.metadata.allocate_producer_id,
             lambda: self.metadata.feature_level(TRANSACTION_VERSION),
         )
-        await self.txn_coordinator.start()
+        await self.txn_coordinator.start(load=self.cluster is None)
 
     def _marker_writer(self, local: PartitionMarkerWriter) -> Any:
-        """Markers go to the partitions' leaders: all here, unless sibling processes lead some."""
-        if self.process_node < 0:
+        """Markers go to the partitions' leaders: all here, unless other nodes of a cluster lead some
+        (WriteTxnMarkers to them)."""
+        if self.cluster is None:
             return local
-        from broker.testing.interbroker import ProcessMarkerWriter
+        from broker.coordinator.txn.remote import RemoteMarkerWriter
 
-        return ProcessMarkerWriter(local, self.own_node, lambda topic, index: self.partition_layout(topic, index)[0],
-                                   self.node_client)
-
-    def node_client(self, node: int) -> NodeClient:
-        """Requests to a sibling process of a process cluster."""
-        client = self._node_clients.get(node)
-        if client is None:
-            from broker.testing.interbroker import NodeClient
-
-            assert self.simulated is not None
-            simulated = self.simulated
-            client = NodeClient(lambda: simulated.address(node, None), "broker-%d" % self.own_node)
-            self._node_clients[node] = client
-        return client
+        return RemoteMarkerWriter(local, self.node_id, lambda topic, index: self.partition_layout(topic, index)[0],
+                                  self.cluster.node.clients)
 
     def txn_coordinator_for(self, transactional_id: str) -> TxnVerifier:
         """The transaction coordinator of `transactional_id` as a partition leader asks it: this
-        broker's, or a sibling process's (a process cluster)."""
-        if self.process_node >= 0 and self.simulated is not None:
-            from broker.testing.interbroker import RemoteTxnCoordinator
-            from broker.testing.simulated import KEY_TYPE_TRANSACTION
+        broker's, or another node's (AddPartitionsToTxn to it)."""
+        if self.cluster is not None:
+            from broker.coordinator.txn.remote import RemoteTxnCoordinator
 
-            node = self.simulated.coordinator(KEY_TYPE_TRANSACTION, transactional_id)
-            if node >= 0 and node != self.own_node:
-                return RemoteTxnCoordinator(self.node_client(node))
+            node = self.cluster.view.coordinator(1, transactional_id)
+            if node >= 0 and node != self.node_id:
+                return RemoteTxnCoordinator(self.cluster.node.clients(node))
         return self.txn_coordinator
 
     async def _offsets_marker(self, index: int, completion: TxnCompletion) -> None:
@@ -397,9 +304,11 @@ class Broker:
         """The share coordinator (`__share_group_state-N`, registered in the metadata when the first
         share group appears, as Kafka creates it on first use) and the share-partition manager."""
         from broker.coordinator.share import create_share_coordinator
+        from broker.coordinator.share.coordinator import CONFIG_KEYS as SHARE_COORDINATOR_KEYS
         from broker.share.dlq import BrokerDlqCluster, DeadLetterQueue
         from broker.share.manager import SharePartitionManager
         from broker.share.metrics import ShareMetricsCollector
+        from broker.share.settings import dlq_settings
 
         values = {key: self.config[key] for key in SHARE_COORDINATOR_KEYS}
         values["share.coordinator.state.topic.num.partitions"] = self._internal_partitions(
@@ -421,10 +330,20 @@ class Broker:
             log_end_offset=lambda index: log_for(index).log_end_offset,
             prune_before=lambda index, offset: log_for(index).delete_records_before(offset),
         )
-        await self.share_coordinator.start()
-        self.dead_letter_queue = DeadLetterQueue(BrokerDlqCluster(self), self._dlq_settings)
+        await self.share_coordinator.start(load=self.cluster is None)
+        persister: Any = self.share_coordinator
+        if self.cluster is not None:  # a share-partition's state may be coordinated by another node
+            from broker.coordinator.share.coordinator import coordinator_key
+            from broker.share.persister import ShareStateRouter
+
+            view = self.cluster.view
+            persister = self.share_state = ShareStateRouter(
+                self.node_id, self.share_coordinator, lambda key: view.coordinator(2, coordinator_key(key)),
+                self.cluster.node.clients)
+        self.dead_letter_queue = DeadLetterQueue(
+            BrokerDlqCluster(self), lambda group_id: dlq_settings(self.group_configs.settings(group_id), self.config))
         self.share_manager = SharePartitionManager(
-            self.share_coordinator, self._share_partition, self.share_group_settings, AsyncioClock(),
+            persister, self._share_partition, self.share_group_settings, AsyncioClock(),
             max_sessions=int(self.config["group.share.max.share.sessions"]), dead_letters=self.dead_letter_queue.write)
         self.group_coordinator.delete_share_state = self._delete_share_state
         if self._share_metrics is None:  # registered once (a broker restarted in-process keeps its registry)
@@ -438,29 +357,11 @@ class Broker:
         topic = self.metadata.topic_by_id(topic_id)
         return None if topic is None else self.partitions.get(topic.name, index)
 
-    def _dlq_settings(self, group_id: str) -> DlqSettings:
-        from broker.share.dlq import DlqSettings
-
-        s = self.group_configs.settings(group_id)
-        return DlqSettings(s.dlq_topic_name, s.dlq_copy_record_enable,
-                           str(self.config["errors.deadletterqueue.topic.name.prefix"] or ""),
-                           bool(self.config["errors.deadletterqueue.auto.create.topics.enable"]),
-                           s.share_delivery_count_limit)
-
     def share_group_settings(self, group_id: str) -> ShareGroupSettings:
         """A share group's settings: the broker's (group.share.*), under the group's configs."""
-        from broker.share.engine import ShareSettings
-        from broker.share.manager import ShareGroupSettings
+        from broker.share.settings import share_group_settings
 
-        s = self.group_configs.settings(group_id)
-        return ShareGroupSettings(
-            engine=ShareSettings(
-                delivery_count_limit=s.share_delivery_count_limit, record_lock_duration_ms=s.share_record_lock_duration_ms,
-                max_record_locks=s.share_partition_max_record_locks, dlq=bool(s.dlq_topic_name),
-                renew_enabled=s.share_renew_acknowledge_enable),
-            auto_offset_reset=s.share_auto_offset_reset,
-            isolation_level=1 if s.share_isolation_level == "read_committed" else 0,
-        )
+        return share_group_settings(self.group_configs.settings(group_id))
 
     def group_configs_changed(self, group_id: str) -> None:
         """A group's configs changed: its live members and share-partitions obey them from now on."""
@@ -469,6 +370,13 @@ class Broker:
             self.share_manager.settings_changed(group_id)
 
     async def _delete_share_state(self, group_ids: list[str]) -> None:
+        if self.share_state is not None:  # the share coordinators of its keys may be other nodes
+            for group_id in group_ids:
+                keys = await self.group_coordinator.share_state_keys(group_id)
+                if keys:
+                    await self.share_state.delete_state(keys)
+                self.share_manager.drop_group(group_id)
+            return
         for group_id in group_ids:
             keys = await self.share_coordinator.group_keys(group_id)
             if keys:
@@ -508,6 +416,9 @@ class Broker:
                                 replication_factor=self._internal_replication(prefix + ".replication.factor"))
 
     def _internal_replication(self, config_key: str) -> int:
+        if self.cluster is not None:
+            configured = None if self.config.is_default(config_key) else self.config[config_key]
+            return self.cluster.internal_replication(None if configured is None else int(configured))
         if self.simulated is None:
             return 1
         return self.simulated.internal_replication(config_key)
@@ -528,12 +439,6 @@ class Broker:
             self._tasks.append(loop.create_task(self._every(backoff, self._clean_logs, False)))
         idle_s = max(0.01, int(self.config["log.open.files.idle.ms"]) / 1000.0)
         self._tasks.append(loop.create_task(self._every(idle_s, OPEN_FILES.close_idle, False)))
-        if self.follower is not None:
-            from broker.testing.process_cluster import FOLLOW_INTERVAL_S, follow_once
-
-            follower = self.follower
-            self._tasks.append(loop.create_task(self._every(FOLLOW_INTERVAL_S, lambda: follow_once(self, follower),
-                                                            False)))
         # producer state belongs to the event loop thread: this one runs there
         self._tasks.append(loop.create_task(self._every(PRODUCER_EXPIRATION_CHECK_S, self._expire_producers, False)))
 
@@ -549,19 +454,6 @@ class Broker:
                         await result
             except Exception:
                 log.exception("background job failed", job=getattr(job, "__name__", str(job)))
-
-    async def _wait_for_controller(self, timeout_s: float = 60.0) -> None:
-        """A follower starts once the controller has bootstrapped the metadata (its features)."""
-        from broker.testing.process_cluster import FOLLOW_INTERVAL_S
-
-        assert self.follower is not None
-        deadline = time.monotonic() + timeout_s
-        while METADATA_VERSION not in self.follower.image.features:
-            if time.monotonic() > deadline:
-                raise RuntimeError("the controller's metadata log (%s) was not bootstrapped within %.0f s"
-                                   % (self.follower.log.directory, timeout_s))
-            await asyncio.sleep(FOLLOW_INTERVAL_S)
-            self.follower.catch_up()
 
     def _expire_producers(self) -> None:
         self.partitions.remove_expired_producers(int(self.clock() * 1000), int(self.config["producer.id.expiration.ms"]))
@@ -600,20 +492,58 @@ class Broker:
             self._advertised[listener] = (host, port)
         return host, port
 
-    # the cluster as clients see it (one node, or a simulated cluster) -----------------------------
+    # the cluster as clients see it (one node, a simulated cluster, or a node of a cluster) -------
     def cluster_nodes(self, listener: str | None = None) -> list[tuple[int, str, int]]:
         """(node id, host, port) of every live broker of the cluster, as `listener` advertises them."""
+        if self.cluster is not None:
+            return self.cluster.view.nodes(listener)
         if self.simulated is None:
             return [(self.node_id, *self.advertised(listener))]
         return [(n, *self.simulated.address(n, listener)) for n in self.simulated.live_nodes()]
 
+    def controller_id(self, listener: str | None = None) -> int:
+        """The active controller's node id (-1: none) for Metadata and DescribeCluster: a node of a
+        cluster knows it from etcd; a single node (or a simulated cluster) names its first live node."""
+        if self.cluster is not None:
+            return self.cluster.controller_id()
+        nodes = self.cluster_nodes(listener)
+        return nodes[0][0] if nodes else -1
+
+    async def partition_end_offset(self, topic: str, partition: int) -> int | None:
+        """A partition's high watermark as its leader has it (None: no such partition, or no
+        leader): this node's, or, in a cluster, asked of the leader (ListOffsets)."""
+        local = self.partitions.get(topic, partition)
+        leader = self.partition_layout(topic, partition)[0]
+        if local is not None and (self.cluster is None or leader == self.node_id):
+            return local.high_watermark
+        if self.cluster is None or leader < 0:
+            return None
+        return await self.cluster.latest_offset(leader, topic, partition)
+
+    def metadata_quorum(self) -> QuorumState:
+        """The metadata log's quorum (DescribeQuorum): this node alone, or the cluster's controller."""
+        if self.cluster is not None:
+            return self.cluster.quorum(self.metadata_directory_id)
+        metadata_log = self.logs.get_log(METADATA_TOPIC, 0)
+        end = metadata_log.log_end_offset if metadata_log is not None else 0
+        return QuorumState(self.node_id, self.quorum_epoch, end, [Replica(self.node_id, self.metadata_directory_id, end)])
+
+    def rack_of(self, node: int) -> str | None:
+        if self.cluster is not None:
+            return self.cluster.view.rack(node)
+        return self.config["broker.rack"]  # type: ignore[no-any-return]
+
     def partition_layout(self, topic: str, partition: int) -> tuple[int, list[int], list[int]]:
         """(leader (-1: none), replicas, in-sync replicas) of a partition."""
+        if self.cluster is not None:
+            return self.cluster.view.assignment(topic, partition)
         if self.simulated is not None:
             return self.simulated.assignment(topic, partition)
         return self.node_id, [self.node_id], [self.node_id]
 
     def offline_nodes(self) -> set[int]:
+        if self.cluster is not None:
+            return self.cluster.view.offline_nodes()
         return set(self.simulated.down) if self.simulated is not None else set()
 
     async def move_leader(self, topic: str, partition: int, to: int) -> None:
@@ -626,6 +556,10 @@ class Broker:
     def coordinator_node(self, key_type: int, key: str, listener: str | None = None) -> tuple[int, str, int] | None:
         """(node id, host, port) of the coordinator of a group id, transactional id or share
         partition (key type 0, 1, 2) for clients of `listener`; None when it has none."""
+        if self.cluster is not None:
+            node = self.cluster.view.coordinator(key_type, key)
+            address = self.cluster.view.address(node, listener) if node >= 0 else None
+            return None if address is None else (node, *address)
         if self.simulated is None:
             return (self.node_id, *self.advertised(listener))
         node = self.simulated.coordinator(key_type, key)
@@ -637,9 +571,13 @@ class Broker:
 
     def cluster_size(self) -> int:
         """The brokers registered (the live ones of a simulated cluster)."""
+        if self.cluster is not None:
+            return len(self.cluster.view.image().brokers)
         return len(self.simulated.live_nodes()) if self.simulated is not None else 1
 
     def node_ids(self) -> list[int]:
+        if self.cluster is not None:
+            return sorted(self.cluster.view.image().brokers)
         return list(self.simulated.nodes) if self.simulated is not None else [self.node_id]
 
     def _placement(self, topic: str, factor: int, assignments: list[list[int]] | None
@@ -691,6 +629,8 @@ class Broker:
         if self.group_coordinator is not None:
             # parked JoinGroup/SyncGroup answered NOT_COORDINATOR
             await step("group coordinator", self.group_coordinator.stop)
+        if self.share_state is not None:
+            await step("share state", self.share_state.close)
         if self.share_coordinator is not None:
             await step("share coordinator", self.share_coordinator.stop)
         await step("wake fetches", self.partitions.wake_all)  # long polls answer now with what they have
@@ -698,8 +638,9 @@ class Broker:
         if self.http is not None:
             await step("http endpoint", self.http.stop)
         await step("log dir moves", self.log_dir_mover.stop)
-        for client in self._node_clients.values():
-            client.close()
+        if self.cluster is not None:  # a controlled shutdown first, when clean
+            cluster = self.cluster
+            await step("cluster", lambda: cluster.stop(clean))
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -718,8 +659,40 @@ class Broker:
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
 
+    # cluster mode -------------------------------------------------------------------------------
+    async def _join_cluster(self, pinned: str | None) -> str:
+        """Reach etcd and the cluster's id (pinned by cluster.id or this node's meta.properties;
+        another one in etcd: ClusterStartError, the node does not start)."""
+        import broker.apis.forwarding  # noqa: F401  (registers the controller's APIs before anything listens)
+        from broker.cluster.local import ClusterMode
+
+        self.cluster = ClusterMode.for_broker(self, Path(self.config.log_dirs[0]) / (METADATA_TOPIC + "-0"))
+        self.server.controller_apis = True
+        return await self.cluster.connect(pinned)
+
+    def _serve_cluster(self) -> None:
+        """The listeners are bound: requests for other nodes are answered as Kafka's brokers answer
+        them, metadata changes go to the controller, and the node registers with the controller."""
+        from broker.apis.forwarding import forward
+        from broker.apis.routing import Router
+
+        assert self.cluster is not None
+        cluster = self.cluster
+        # a fenced node leads and coordinates nothing, whatever its metadata says (a restarted node
+        # before it has registered again: Kafka's brokers serve clients only once unfenced)
+        router = Router(cluster.view, lambda: self.metadata, lambda ctx: -1 if cluster.node.fenced else self.node_id,
+                        lambda ctx, request, handler: forward(cluster.node, ctx, request, handler),
+                        self._min_insync_replicas)
+        self.faults.route(router.route, router.api_keys)
+        cluster.serve()
+
+    def _min_insync_replicas(self, topic: str) -> int:
+        info = self.metadata.topic(topic)
+        value = info.configs.get("min.insync.replicas") if info is not None else None
+        return int(value if value is not None else self.config["min.insync.replicas"])
+
     # topics ------------------------------------------------------------------------------------
-    def _topic_log_config(self, topic: str) -> LogConfig | None:
+    def topic_log_config(self, topic: str) -> LogConfig | None:
         if topic == OFFSETS_TOPIC and (self.metadata is None or self.metadata.topic(topic) is None):
             return self._offsets_log_config()  # compacted even before the topic is registered
         if topic == TRANSACTION_STATE_TOPIC and (self.metadata is None or self.metadata.topic(topic) is None):
@@ -734,7 +707,7 @@ class Broker:
         return LogConfig.from_properties(info.configs, self.default_log_config)
 
     def _ensure_partitions(self, info: TopicInfo) -> None:
-        config = self._topic_log_config(info.name)
+        config = self.topic_log_config(info.name)
         for index in range(info.partitions):
             self.partitions.ensure(info.name, index, info.topic_id, config)
 
@@ -749,7 +722,7 @@ class Broker:
         for (topic, _), log_ in self.logs.logs.items():
             if topic in self.metadata.topics:
                 if topic not in configs:
-                    configs[topic] = self._topic_log_config(topic) or self.default_log_config
+                    configs[topic] = self.topic_log_config(topic) or self.default_log_config
                 log_.update_config(configs[topic])
 
     def validate_topic_configs(self, configs: dict[str, str]) -> LogConfig:
@@ -778,32 +751,32 @@ class Broker:
             if partitions <= 0:
                 raise KafkaError(ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
             return TopicInfo(name, uuid.UUID(int=0), partitions, dict(configs))
-        if self.follower is not None:  # a process of a process cluster that is not the controller
-            from broker.testing.process_cluster import create_topic_on_controller
-
-            return await create_topic_on_controller(self, name, partitions, configs, replication_factor)
+        if self.cluster is not None:  # placed over the registered brokers, by the controller
+            return await self.cluster.create_topic(name, partitions, configs, replication_factor, assignments)
         info = self.metadata.create_topic(name, partitions, configs,
                                           replicas=self._placement(name, replication_factor, assignments))
         self._ensure_partitions(info)
         log.info("topic created", topic=name, partitions=partitions, topic_id=str(info.topic_id))
-        await self._topics_changed(created={name})
+        await self.topics_changed(created={name})
         return info
 
-    async def _topics_changed(self, **changes: set[str]) -> None:
+    async def topics_changed(self, **changes: set[str]) -> None:
         """Tell the group coordinator (consumer groups follow their subscribed topics)."""
         if self.group_coordinator is not None:
             await self.group_coordinator.on_topics_changed(**changes)
 
     async def delete_topic(self, name: str) -> TopicInfo:
         info = self.metadata.delete_topic(name)
+        if self.cluster is not None:  # every node drops it as it replays the deletion
+            return info
         self.log_dir_mover.cancel_topic(name)
         await self.partitions.remove_topic(name)
         log.info("topic deleted", topic=name)
-        await self._topics_changed(deleted={name})
-        await self._share_topic_deleted(info.topic_id)
+        await self.topics_changed(deleted={name})
+        await self.share_topic_deleted(info.topic_id)
         return info
 
-    async def _share_topic_deleted(self, topic_id: uuid.UUID) -> None:
+    async def share_topic_deleted(self, topic_id: uuid.UUID) -> None:
         """The share state of a deleted topic goes (Kafka's share coordinator and group coordinator
         clean up after a topic deletion)."""
         if self.share_coordinator is None:
@@ -828,12 +801,16 @@ class Broker:
             if total <= info.partitions:
                 raise KafkaError(ErrorCode.INVALID_PARTITIONS, "Topic already has %d partition(s)." % info.partitions)
             return info
+        if self.cluster is not None and info is not None:  # every node follows as it replays them
+            placed = self.cluster.place_new_partitions(info, total, assignments)
+            start = info.partitions
+            return self.metadata.create_partitions(name, total, lambda index: list(placed[index - start]))
         factor = len(info.assignments[0].replicas) if info is not None and 0 in info.assignments else 1
         if assignments is not None and info is not None:  # those of the new partitions, by absolute index
             assignments = [[] for _ in range(info.partitions)] + assignments
         info = self.metadata.create_partitions(name, total, self._placement(name, factor, assignments))
         self._ensure_partitions(info)
-        await self._topics_changed(changed={name})
+        await self.topics_changed(changed={name})
         return info
 
     def alter_topic_configs(self, name: str, changes: dict[str, str | None], validate_only: bool = False) -> None:
@@ -845,4 +822,5 @@ class Broker:
         if validate_only:
             return
         self.metadata.set_configs(RESOURCE_TOPIC, name, changes)
-        self.logs.update_topic_config(name, config)
+        if self.cluster is None:  # a node of a cluster applies it as it replays it
+            self.logs.update_topic_config(name, config)

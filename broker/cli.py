@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 
+from broker.cluster.errors import ClusterStartError
 from broker.config import BrokerConfig, help_text
 from broker.gc_policy import CollectorPolicy
 from broker.observability.logger import get_logger
@@ -105,6 +106,6 @@ def main(argv: list[str] | None = None) -> int:
         run = uvloop.run
     try:
         return run(serve(config, faults))
-    except SecurityConfigError as exc:  # a listener, TLS or SASL setting the broker cannot serve
-        print("error: %s" % exc, file=sys.stderr)
+    except (SecurityConfigError, ClusterStartError) as exc:  # a setting the broker cannot serve, or
+        print("error: %s" % exc, file=sys.stderr)  # a cluster it cannot join (etcd unreachable, ...)
         return 2

@@ -47,8 +47,8 @@ _PROPS: list[Prop] = [
     Prop("listener.security.protocol.map", "string",
          "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT",
          "Security protocol of each listener name (NAME:PROTOCOL,...)."),
-    Prop("inter.broker.listener.name", "string", None, "Listener brokers use among themselves (checked, unused)."),
-    Prop("security.inter.broker.protocol", "string", "PLAINTEXT", "Protocol brokers use among themselves (unused)."),
+    Prop("inter.broker.listener.name", "string", None, "Listener the nodes of a cluster reach each other on (default: the one named as the protocol below)."),
+    Prop("security.inter.broker.protocol", "string", "PLAINTEXT", "Names the inter-broker listener when inter.broker.listener.name is unset."),
     Prop("controller.listener.names", "list", None, "Listeners of the controller (not advertised to clients)."),
     Prop("ssl.keystore.type", "string", "JKS", "PEM (or PKCS12 with the cryptography package); JKS is not read."),
     Prop("ssl.keystore.location", "string", None, "Key store file: PEM private key and certificate chain."),
@@ -65,12 +65,12 @@ _PROPS: list[Prop] = [
     Prop("ssl.enabled.protocols", "list", ["TLSv1.2", "TLSv1.3"], "TLS versions accepted."),
     Prop("ssl.cipher.suites", "list", None, "Cipher suites (IANA or OpenSSL names); null: OpenSSL's defaults."),
     Prop("ssl.principal.mapping.rules", "string", "DEFAULT", "Rules mapping a client certificate's DN to a principal."),
-    Prop("ssl.endpoint.identification.algorithm", "string", "https", "Host name verification (client side; unused)."),
+    Prop("ssl.endpoint.identification.algorithm", "string", "https", "Host name verification of another node as the inter-broker client: https, or empty (off)."),
     Prop("sasl.jaas.config", "password", None,
          "JAAS entry of a SASL mechanism; set per listener as listener.name.<l>.<mechanism>.sasl.jaas.config."),
     Prop("sasl.enabled.mechanisms", "list", ["GSSAPI"],
          "SASL mechanisms of SASL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER (GSSAPI is not served)."),
-    Prop("sasl.mechanism.inter.broker.protocol", "string", "GSSAPI", "Mechanism between brokers (unused)."),
+    Prop("sasl.mechanism.inter.broker.protocol", "string", "GSSAPI", "SASL mechanism the nodes of a cluster authenticate to each other with."),
     Prop("sasl.server.max.receive.size", "int", 524288, "Largest frame accepted before and during SASL authentication."),
     Prop("connections.max.reauth.ms", "long", 0, "Session lifetime of SASL connections (KIP-368); 0: no limit."),
     Prop("connection.failed.authentication.delay.ms", "int", 100, "Delay of the response to a failed authentication."),
@@ -220,12 +220,22 @@ _PROPS: list[Prop] = [
     Prop("simulated.brokers", "int", 1,
          "Answer as a cluster of this many brokers (ids node.id and up, node k on each listener's port + k): "
          "replicas, leaders and coordinators spread over them, nothing replicated (not in Kafka)."),
-    Prop("simulated.process.node", "int", -1,
-         "With simulated.brokers: this process serves only node node.id + k of the cluster, sibling processes "
-         "the others; the process of node.id is the controller (a prototype for more cores, docs/scaling.md; "
-         "not in Kafka)."),
-    Prop("simulated.controller.log.dir", "string", "",
-         "The controller process's log directory, whose metadata log the other processes follow (not in Kafka)."),
+    # a cluster of separate processes and hosts (docs/cluster.md)
+    Prop("etcd.endpoints", "string", None,
+         "Comma-separated http://host:port URLs of the etcd cluster that holds the controller election and the "
+         "metadata log: set, this broker is one node of a cluster (every node gets the same value); unset, a "
+         "single node with its local metadata log (not in Kafka)."),
+    Prop("etcd.root", "string", "/kafka",
+         "Key prefix of the cluster in etcd: its data lives under <root>/<cluster id>/ (not in Kafka)."),
+    Prop("etcd.lease.timeout.ms", "int", 3000,
+         "The etcd lease of a node (whole seconds): a dead controller is replaced, and a dead node's id freed, "
+         "within it (not in Kafka)."),
+    Prop("broker.session.timeout.ms", "int", 9000,
+         "A broker whose heartbeats to the controller stop for this long is fenced."),
+    Prop("broker.heartbeat.interval.ms", "int", 2000, "How often a broker heartbeats to the controller."),
+    Prop("metadata.log.max.record.bytes.between.snapshots", "int", 20971520,
+         "The controller writes a snapshot of the metadata to etcd after this many bytes of records, and "
+         "deletes the log behind it."),
 ]
 
 PROPS: dict[str, Prop] = {p.name: p for p in _PROPS}
@@ -245,6 +255,7 @@ AREAS: tuple[tuple[str, str], ...] = (
     ("telemetry.max.bytes", "Client telemetry (KIP-714)"),
     ("metrics.port", "Metrics, fault injection and logs"),
     ("simulated.brokers", "Simulated cluster"),
+    ("etcd.endpoints", "Cluster of processes and hosts"),
 )
 
 

@@ -22,6 +22,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from broker.apis import APIS, Api, RequestContext, load_handlers  # noqa: E402
+from broker.apis.registry import CONTROLLER_APIS  # noqa: E402
 from protocol.messages import REQUESTS, RESPONSES  # noqa: E402
 
 
@@ -79,13 +80,16 @@ def registry_problems(apis: Mapping[int, Api] = APIS) -> list[str]:
 
 def main() -> int:
     load_handlers()
-    problems = registry_problems()
+    import broker.apis.forwarding  # noqa: F401  (the controller's APIs: loaded in cluster mode only)
+
+    everything = {**APIS, **CONTROLLER_APIS}
+    problems = registry_problems(everything)
     for line in problems:
         print(line, file=sys.stderr)
     if problems:
-        print("%d problem(s) in the types of %d handlers" % (len(problems), len(APIS)), file=sys.stderr)
+        print("%d problem(s) in the types of %d handlers" % (len(problems), len(everything)), file=sys.stderr)
         return 1
-    print("%d handlers typed with their message classes" % len(APIS))
+    print("%d handlers typed with their message classes" % len(everything))
     return 0
 
 

@@ -38,8 +38,8 @@ async def handle_describe_cluster(ctx: RequestContext, request: M.DescribeCluste
     nodes = broker.cluster_nodes(listener_of(ctx))
     return DC(
         throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=ENDPOINT_BROKER,
-        cluster_id=broker.cluster_id, controller_id=nodes[0][0] if nodes else -1,
-        brokers=[DC.DescribeClusterBroker(broker_id=node, host=host, port=port, rack=broker.config["broker.rack"],
+        cluster_id=broker.cluster_id, controller_id=broker.controller_id(listener_of(ctx)),
+        brokers=[DC.DescribeClusterBroker(broker_id=node, host=host, port=port, rack=broker.rack_of(node),
                                           is_fenced=False) for node, host, port in nodes],
         cluster_authorized_operations=(
             cluster_authorized_operations(ctx) if request.include_cluster_authorized_operations else -2147483648

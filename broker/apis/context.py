@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from broker.coordinator.txn.state import TopicPartition
     from broker.log import LogConfig, LogManager
     from broker.metadata import MetadataStore, TopicInfo
+    from broker.metadata.quorum import QuorumState
     from broker.observability.metrics import Metrics
     from broker.observability.telemetry import ClientTelemetry
     from broker.partition import PartitionManager
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from broker.security.listeners import Listener
     from broker.security.quotas import ClientQuotas
     from broker.share.manager import SharePartitionManager
+    from broker.share.persister import ShareStateRouter
     from protocol.errors import ErrorCode
 
 Node = tuple[int, str, int]  # node id, host, port
@@ -81,6 +83,11 @@ class BrokerServices(Protocol):
     def share_manager(self) -> SharePartitionManager | None: ...
 
     @property
+    def share_state(self) -> ShareStateRouter | None: ...  # a cluster: each key's share coordinator
+
+    async def partition_end_offset(self, topic: str, partition: int) -> int | None: ...
+
+    @property
     def stopping(self) -> bool: ...
 
     # the cluster as clients see it (one node, or a simulated cluster)
@@ -89,6 +96,12 @@ class BrokerServices(Protocol):
     def cluster_nodes(self, listener: str | None = None) -> list[Node]: ...
 
     def cluster_size(self) -> int: ...
+
+    def controller_id(self, listener: str | None = None) -> int: ...
+
+    def metadata_quorum(self) -> QuorumState: ...
+
+    def rack_of(self, node: int) -> str | None: ...
 
     def node_ids(self) -> list[int]: ...
 

@@ -17,6 +17,7 @@ from broker.apis.context import BrokerServices, RequestContext
 from broker.apis.registry import api
 from broker.apis.topics import assigned_brokers
 from broker.metadata import features
+from broker.metadata.quorum import Replica
 from broker.security.authz import Op, authorize_cluster, listener_of, require_cluster
 from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
@@ -159,21 +160,26 @@ async def handle_list_partition_reassignments(ctx: RequestContext, request: M.Li
 
 
 # ---------------------------------------------------------------------------------------------
-# DescribeQuorum (key 55): this node is the single voter and leader of the metadata log
+# DescribeQuorum (key 55): a single node is the voter and leader of its metadata log; a node of
+# a cluster reports the active controller as the leader (broker/metadata/quorum.py QuorumState)
 
 DQ = M.DescribeQuorumResponse
 METADATA_TOPIC = "__cluster_metadata"
 
 
 def _quorum_partition(broker: BrokerServices, now_ms: int) -> DQ.PartitionData:
-    metadata_log = broker.logs.get_log(METADATA_TOPIC, 0)
-    assert metadata_log is not None  # made at start
-    end = metadata_log.log_end_offset
-    voter = DQ.ReplicaState(replica_id=broker.node_id, replica_directory_id=broker.metadata_directory_id,
-                            log_end_offset=end, last_fetch_timestamp=now_ms, last_caught_up_timestamp=now_ms)
-    return DQ.PartitionData(partition_index=0, error_code=0, error_message=None, leader_id=broker.node_id,
-                            leader_epoch=broker.quorum_epoch, high_watermark=end, current_voters=[voter],
-                            observers=[])
+    quorum = broker.metadata_quorum()
+
+    def state(r: Replica) -> DQ.ReplicaState:
+        seen = now_ms if r.log_end_offset >= 0 else -1
+        return DQ.ReplicaState(replica_id=r.node_id, replica_directory_id=r.directory_id,
+                               log_end_offset=r.log_end_offset, last_fetch_timestamp=seen,
+                               last_caught_up_timestamp=seen)
+
+    return DQ.PartitionData(partition_index=0, error_code=0, error_message=None, leader_id=quorum.leader_id,
+                            leader_epoch=quorum.leader_epoch, high_watermark=quorum.high_watermark,
+                            current_voters=[state(r) for r in quorum.voters],
+                            observers=[state(r) for r in quorum.observers])
 
 
 @api(55)
@@ -192,6 +198,6 @@ async def handle_describe_quorum(ctx: RequestContext, request: M.DescribeQuorumR
                              leader_id=-1, leader_epoch=-1, high_watermark=-1, current_voters=[], observers=[])
             for p in t.partitions]) for t in request.topics]
     listener = listener_of(ctx)
-    host, port = broker.advertised(listener)
-    nodes = [DQ.Node(node_id=broker.node_id, listeners=[DQ.Listener(name=listener or "PLAINTEXT", host=host, port=port)])]
+    nodes = [DQ.Node(node_id=node, listeners=[DQ.Listener(name=listener or "PLAINTEXT", host=host, port=port)])
+             for node, host, port in broker.cluster_nodes(listener)]
     return DQ(error_code=0, error_message=None, topics=topics, nodes=nodes)

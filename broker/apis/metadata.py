@@ -141,10 +141,10 @@ async def handle_metadata(ctx: RequestContext, request: M.MetadataRequest) -> M.
     nodes = broker.cluster_nodes(listener_of(ctx))
     return R(
         throttle_time_ms=0,
-        brokers=[R.MetadataResponseBroker(node_id=node, host=host, port=port, rack=broker.config["broker.rack"])
+        brokers=[R.MetadataResponseBroker(node_id=node, host=host, port=port, rack=broker.rack_of(node))
                  for node, host, port in nodes],
         cluster_id=broker.cluster_id,
-        controller_id=nodes[0][0] if nodes else -1,
+        controller_id=broker.controller_id(listener_of(ctx)),
         topics=topics,
         cluster_authorized_operations=cluster_ops,
         error_code=0,

@@ -39,11 +39,16 @@ class Api:
 
 
 APIS: dict[int, Api] = {}
+# Kafka's controller-listener APIs (Envelope, BrokerRegistration, BrokerHeartbeat, ...): served only
+# in cluster mode (`KafkaServer.controller_apis`), never listed by ApiVersions
+CONTROLLER_APIS: dict[int, Api] = {}
 
 
-def api(key: int, min_version: int | None = None, max_version: int | None = None) -> Callable[[H], H]:
+def api(key: int, min_version: int | None = None, max_version: int | None = None,
+        controller: bool = False) -> Callable[[H], H]:
     """Register a handler for `key`; the version range defaults to the schema's valid versions.
-    The handler is returned as it is, its type with it."""
+    The handler is returned as it is, its type with it. `controller`: one of Kafka's controller
+    APIs (CONTROLLER_APIS)."""
     codec = REQUESTS[key]
     lo = codec.spec.valid_versions.lo if min_version is None else min_version
     hi = codec.spec.valid_versions.hi if max_version is None else max_version
@@ -51,9 +56,10 @@ def api(key: int, min_version: int | None = None, max_version: int | None = None
         raise ValueError("versions %d-%d of api %d are not all defined" % (lo, hi, key))
 
     def register(fn: H) -> H:
-        if key in APIS:
+        table = CONTROLLER_APIS if controller else APIS
+        if key in APIS or key in CONTROLLER_APIS:
             raise ValueError("api %d registered twice" % key)
-        APIS[key] = Api(key, codec.spec.name.removesuffix("Request"), lo, hi, fn)
+        table[key] = Api(key, codec.spec.name.removesuffix("Request"), lo, hi, fn)
         return fn
 
     return register

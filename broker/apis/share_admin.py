@@ -31,6 +31,7 @@ from protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:  # for annotations only (not imported with the handlers)
     from broker.coordinator.share import ShareCoordinator
+    from broker.share.persister import ShareStateRouter
 
 E = ErrorCode
 DR = M.DescribeShareGroupOffsetsResponse
@@ -49,20 +50,30 @@ def _error(exc: BaseException) -> tuple[ErrorCode, str | None]:
     return E.UNKNOWN_SERVER_ERROR, str(exc)
 
 
-def _share_state(broker: BrokerServices) -> tuple[ShareCoordinator, SharePartitionManager]:
-    """The share coordinator (the durable state) and the share-partition manager (what is in memory)."""
+def broker_coordinator(broker: BrokerServices) -> ShareCoordinator:
+    coordinator = broker.share_coordinator
+    if coordinator is None:
+        raise KafkaError(E.COORDINATOR_NOT_AVAILABLE)
+    return coordinator
+
+
+def _share_state(broker: BrokerServices) -> tuple[ShareCoordinator | ShareStateRouter, SharePartitionManager]:
+    """Where the durable state is (this node's share coordinator; in a cluster, the share-state
+    router: each key's share coordinator, maybe another node) and the share-partition manager
+    (what is in memory here)."""
     coordinator, manager = broker.share_coordinator, broker.share_manager
     if coordinator is None or manager is None:  # not started yet
         raise KafkaError(E.COORDINATOR_NOT_AVAILABLE)
-    return coordinator, manager
+    return broker.share_state or coordinator, manager
 
 
 # ----- DescribeShareGroupOffsets -----------------------------------------------------------
 async def _describe_partition(broker: BrokerServices, group_id: str, topic_id: uuid.UUID, name: str, index: int
                               ) -> DR.DescribeShareGroupOffsetsResponsePartition:
     key = (group_id, topic_id, index)
-    coordinator, manager = _share_state(broker)
-    state = await coordinator.read_state(key)
+    _, manager = _share_state(broker)
+    router = broker.share_state  # in a cluster, Kafka's ReadShareGroupStateSummary to the key's coordinator
+    state = await router.read_summary(key) if router is not None else await broker_coordinator(broker).read_state(key)
     if state is None or state.start_offset == UNINITIALIZED_START_OFFSET:
         return DR.DescribeShareGroupOffsetsResponsePartition(
             partition_index=index, start_offset=UNINITIALIZED_START_OFFSET,
@@ -71,11 +82,11 @@ async def _describe_partition(broker: BrokerServices, group_id: str, topic_id: u
     start, complete = manager.live_offsets(key) or (state.start_offset, state.delivery_complete_count)
     lag = UNINITIALIZED_LAG
     if complete != NO_DELIVERY_COMPLETE_COUNT:
-        partition = broker.partitions.get(name, index)
-        if partition is None:
+        end = await broker.partition_end_offset(name, index)  # the leader's high watermark, maybe another node's
+        if end is None:
             return DR.DescribeShareGroupOffsetsResponsePartition(
                 partition_index=index, error_code=E.UNKNOWN_TOPIC_OR_PARTITION, error_message=UNKNOWN_TOPIC_MESSAGE)
-        lag = partition.high_watermark - start - complete
+        lag = end - start - complete
     return DR.DescribeShareGroupOffsetsResponsePartition(
         partition_index=index, start_offset=start, leader_epoch=state.leader_epoch, lag=lag)
 

@@ -52,7 +52,8 @@ def coordinator_of(ctx: RequestContext) -> TransactionCoordinator:
 
 def verifier_of(ctx: RequestContext, transactional_id: str) -> TxnVerifier:
     """The coordinator of `transactional_id` as a partition leader verifying a transactional
-    produce asks it: this broker's, or another node's (a process cluster)."""
+    produce or a group's transactional offset commit asks it: this broker's, or another node's
+    (AddPartitionsToTxn to it, in a cluster)."""
     coordinator = ctx.broker.txn_coordinator_for(transactional_id)
     if coordinator is None:
         raise KafkaError(E.COORDINATOR_NOT_AVAILABLE)
@@ -235,7 +236,8 @@ async def _commit_transactional_offsets(ctx: RequestContext, request: M.TxnOffse
     try:
         if not request.group_id:
             raise KafkaError(E.INVALID_GROUP_ID)
-        coordinator = coordinator_of(ctx)
+        # the transaction's coordinator, which may be another node than the group's (a cluster)
+        coordinator = verifier_of(ctx, request.transactional_id)
         groups = group_coordinator_of(ctx)
         markers_seen = await groups.markers_seen(request.group_id, request.producer_id)
     except KafkaError as exc:

@@ -40,6 +40,7 @@ from broker.cluster.etcd import (
     LeaseNotFound,
     Put,
     resumable_watch,
+    within,
 )
 from broker.cluster.keys import DEFAULT_ROOT, ClusterKeys, Leadership, root_cluster_id_key
 from broker.observability.logger import get_logger
@@ -148,7 +149,7 @@ class Session:
         while True:
             sent = self.clock()
             try:
-                ttl = await asyncio.wait_for(self.etcd.keep_alive(lease), timeout=max(0.1, self.expires_in))
+                ttl = await within(max(0.1, self.expires_in), self.etcd.keep_alive(lease))
                 self._expires = sent + ttl
                 await asyncio.sleep(interval)
             except LeaseNotFound:
@@ -270,7 +271,7 @@ class ControllerElection:
 
     async def wait_for(self, predicate: Callable[[ControllerElection], bool], timeout: float) -> None:
         async with self._changed:
-            await asyncio.wait_for(self._changed.wait_for(lambda: predicate(self)), timeout)
+            await within(timeout, self._changed.wait_for(lambda: predicate(self)))
 
     async def _set(self, controller: ControllerInfo | None, leadership: Leadership | None) -> None:
         if controller == self.controller and leadership == self.leadership:

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 
 class EtcdError(Exception):
@@ -246,3 +246,18 @@ async def resumable_watch(etcd: Etcd, key: bytes, range_end: bytes | None, start
         except EtcdUnavailable:
             await asyncio.sleep(delay)
             delay = min(delay * 2, max_retry_delay)
+
+
+T = TypeVar("T")
+
+
+async def within(seconds: float | None, awaitable: Awaitable[T]) -> T:
+    """`awaitable`'s result, or TimeoutError after `seconds`: asyncio.wait_for, but a cancellation
+    is never lost (Python 3.11's wait_for returns the result when it comes in the same instant as
+    the cancel, and the cancelled task runs on: a session or a watch that cannot be stopped).
+    Outside a task (the server runs a request's first steps without one) it is wait_for, which
+    makes one."""
+    if asyncio.current_task() is None:
+        return await asyncio.wait_for(awaitable, seconds)
+    async with asyncio.timeout(seconds):
+        return await awaitable

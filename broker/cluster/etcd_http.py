@@ -34,6 +34,7 @@ from broker.cluster.etcd import (
     TxnOp,
     TxnResult,
     WatchBatch,
+    within,
 )
 
 # gRPC status codes etcd answers with, and what a caller can do about them
@@ -192,7 +193,7 @@ class HttpEtcd:
     # transport --------------------------------------------------------------------------------
     async def _open(self, index: int) -> _Connection:
         host, port = self._addresses[index]
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), self.connect_timeout)
+        reader, writer = await within(self.connect_timeout, asyncio.open_connection(host, port))
         return _Connection(reader, writer, "%s:%d" % (host, port), index)
 
     def _failed(self, index: int) -> None:
@@ -218,13 +219,12 @@ class HttpEtcd:
                     self._failed(index)
                     continue  # nothing was sent: the next endpoint may take it
             try:
-                status, payload = await asyncio.wait_for(self._roundtrip(conn, path, data), timeout or self.timeout)
+                status, payload = await within(timeout or self.timeout, self._roundtrip(conn, path, data))
             except _StaleConnection:
                 conn.close()
                 try:
                     conn = await self._open(index)
-                    status, payload = await asyncio.wait_for(self._roundtrip(conn, path, data),
-                                                             timeout or self.timeout)
+                    status, payload = await within(timeout or self.timeout, self._roundtrip(conn, path, data))
                 except (TimeoutError, OSError, asyncio.IncompleteReadError, _StaleConnection) as e:
                     conn.close()
                     self._failed(index)
@@ -347,7 +347,7 @@ class HttpEtcd:
         try:
             conn.send("/v3/watch", data, b"Grpc-Metadata-hasleader: true\r\n")
             try:
-                status, headers = await asyncio.wait_for(conn.read_head(), self.timeout)
+                status, headers = await within(self.timeout, conn.read_head())
                 if status != 200:
                     raise _error_of(status, await conn.read_body(headers), url)
                 pending = b""
@@ -372,14 +372,14 @@ class HttpEtcd:
     async def _read_watch_chunk(self, conn: _Connection, index: int) -> bytes | None:
         while True:
             try:
-                return await asyncio.wait_for(conn.read_chunk(), self.watch_idle_timeout)
+                return await within(self.watch_idle_timeout, conn.read_chunk())
             except TimeoutError:
                 # quiet: a healthy member answers a status request (asked on another connection)
                 probe = await self._open(index)
                 try:
                     probe.send("/v3/maintenance/status", b"{}")
-                    status, headers = await asyncio.wait_for(probe.read_head(), self.timeout)
-                    await asyncio.wait_for(probe.read_body(headers), self.timeout)
+                    status, headers = await within(self.timeout, probe.read_head())
+                    await within(self.timeout, probe.read_body(headers))
                 finally:
                     probe.close()
                 if status != 200:

@@ -44,7 +44,7 @@ import json
 import os
 import struct
 import zlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -278,7 +278,7 @@ class MetadataLog:
         decoded = decode_batch(blob)
         return Snapshot(decoded.base_offset, decoded.epoch, decoded.records)
 
-    async def read(self, from_offset: int, retry_delay: float = 0.2) -> AsyncIterator[Batch | Snapshot]:
+    async def read(self, from_offset: int, retry_delay: float = 0.2) -> AsyncGenerator[Batch | Snapshot, None]:
         """Everything after `from_offset`, in order, once, then what is appended, forever: batches,
         and a Snapshot first when `from_offset` is behind the log's start (replace the image with
         it). Waits out etcd's absences; raises MetadataLogError when the log cannot continue."""

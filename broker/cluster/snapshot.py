@@ -41,6 +41,15 @@ def image_records(image: MetadataImage) -> list[bytes]:
                 leader=a.leader, leader_epoch=a.leader_epoch, partition_epoch=0))
     if image.next_producer_id:
         records.append(M.ProducerIdsRecord(broker_id=-1, broker_epoch=-1, next_producer_id=image.next_producer_id))
+    for b in sorted(image.brokers.values(), key=lambda b: b.node_id):
+        records.append(M.RegisterBrokerRecord(
+            broker_id=b.node_id, incarnation_id=b.incarnation_id, broker_epoch=b.epoch,
+            end_points=[M.RegisterBrokerRecord.BrokerEndpoint(name=e.name, host=e.host, port=e.port,
+                                                              security_protocol=e.security_protocol)
+                        for e in b.endpoints],
+            features=[M.RegisterBrokerRecord.BrokerFeature(name=n, min_supported_version=lo, max_supported_version=hi)
+                      for n, (lo, hi) in sorted(b.features.items())],
+            rack=b.rack, fenced=b.fenced, in_controlled_shutdown=b.in_controlled_shutdown, log_dirs=[]))
     records += [image.acls[k] for k in sorted(image.acls)]
     records += [image.scram[k] for k in sorted(image.scram)]
     for entity, values in sorted(image.client_quotas.items(), key=lambda kv: repr(kv[0])):

@@ -44,14 +44,26 @@ _SECURITY_RECORDS = frozenset(["AccessControlEntryRecord", "RemoveAccessControlE
 # the record types `MetadataImage.replay` applies; decode_record skips every other type the log may
 # hold (broker registrations and fencing, NoOp, KRaft's metadata transactions, delegation tokens,
 # ...) without decoding it, so a version of one newer than our definition cannot stop a replay
+_BROKER_RECORDS = frozenset(["RegisterBrokerRecord", "UnregisterBrokerRecord", "FenceBrokerRecord",
+                             "UnfenceBrokerRecord", "BrokerRegistrationChangeRecord"])
 REPLAYED = frozenset(["TopicRecord", "PartitionRecord", "PartitionChangeRecord", "RemoveTopicRecord", "ConfigRecord",
-                      "ProducerIdsRecord", "FeatureLevelRecord", *_SECURITY_RECORDS])
+                      "ProducerIdsRecord", "FeatureLevelRecord", *_SECURITY_RECORDS, *_BROKER_RECORDS])
 _RECORD_CLASSES: dict[int, type] = {}  # the replayed types' classes by record type, as records of each are met
 
 
-def encode_record(record: Any, version: int = 0) -> bytes:
+# the version each record is written at (0 unless listed): Kafka 4.2's, where it matters here
+RECORD_VERSIONS: dict[str, int] = {"RegisterBrokerRecord": 3, "BrokerRegistrationChangeRecord": 2}
+
+
+def record_version(record: Any) -> int:
+    return RECORD_VERSIONS.get(type(record).__name__, 0)
+
+
+def encode_record(record: Any, version: int | None = None) -> bytes:
     codec = M.codec_of(record)
     assert codec.spec.api_key is not None
+    if version is None:
+        version = record_version(record)
     head = encode_uvarint(FRAME_VERSION) + encode_uvarint(codec.spec.api_key) + encode_uvarint(version)
     return head + M.encode(record, version)
 
@@ -66,6 +78,8 @@ def decode_record(data: bytes) -> Any:
         if codec is None or codec.spec.name not in REPLAYED:
             return None  # a record type the image does not replay: skipped (it still takes an offset)
         cls = _RECORD_CLASSES[api_key] = codec.root_class
+    if version not in M.CODECS[cls.__name__].spec.valid_versions:
+        return None  # a version newer than ours (a later metadata.version): skipped alike
     return M.decode(cls, version, memoryview(data)[pos:])
 
 
@@ -93,6 +107,43 @@ class Assignment:
     isr: list[int]
     leader: int
     leader_epoch: int = 0  # bumped by every change of leader
+    partition_epoch: int = 0  # bumped by every change of the partition (ISR, leader, replicas)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a registered broker listens (RegisterBrokerRecord's EndPoints)."""
+
+    name: str  # the listener name, upper case as Kafka keeps it
+    host: str
+    port: int
+    security_protocol: int
+
+
+@dataclass
+class BrokerRegistration:
+    """A broker as the controller registered it (KRaft's BrokerRegistration): its epoch (the offset
+    of its RegisterBrokerRecord), the process's incarnation, endpoints, rack and whether it is
+    fenced (not offered as a leader or a coordinator) or in controlled shutdown."""
+
+    node_id: int
+    epoch: int
+    incarnation_id: uuid.UUID
+    endpoints: list[Endpoint]
+    rack: str | None
+    fenced: bool = True
+    in_controlled_shutdown: bool = False
+    features: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (min, max) supported
+
+    def endpoint(self, listener: str | None) -> Endpoint | None:
+        """The endpoint of `listener` (None: the first one)."""
+        if listener is None:
+            return self.endpoints[0] if self.endpoints else None
+        wanted = listener.upper()
+        return next((e for e in self.endpoints if e.name.upper() == wanted), None)
+
+
+FENCE, UNFENCE = 1, -1  # BrokerRegistrationChangeRecord's Fenced (0: no change)
 
 
 @dataclass
@@ -129,6 +180,7 @@ class MetadataImage:
         self.client_quotas: dict[tuple[tuple[str, str | None], ...], dict[str, float]] = {}
         self.acl_version = 0
         self.quota_version = 0
+        self.brokers: dict[int, BrokerRegistration] = {}  # registered brokers by id (cluster mode)
 
     def replay(self, record: Any) -> None:
         self.records += 1
@@ -178,6 +230,8 @@ class MetadataImage:
             self.next_producer_id = max(self.next_producer_id, record.next_producer_id)
         elif type(record).__name__ in _SECURITY_RECORDS:
             self._replay_security(record)
+        elif type(record).__name__ in _BROKER_RECORDS:
+            self._replay_broker(record)
         elif isinstance(record, M.FeatureLevelRecord):
             # as Kafka: a kraft.version record is skipped (the quorum owns that level), 0 removes
             if record.name == features.KRAFT_VERSION:
@@ -187,6 +241,33 @@ class MetadataImage:
             else:
                 self.features[record.name] = record.feature_level
 
+
+    def _replay_broker(self, record: Any) -> None:
+        if isinstance(record, M.RegisterBrokerRecord):
+            self.brokers[record.broker_id] = BrokerRegistration(
+                record.broker_id, record.broker_epoch, record.incarnation_id,
+                [Endpoint(e.name, e.host, e.port, e.security_protocol) for e in record.end_points],
+                record.rack, record.fenced, record.in_controlled_shutdown,
+                {f.name: (f.min_supported_version, f.max_supported_version) for f in record.features})
+            return
+        node_id = record.id if isinstance(record, (M.FenceBrokerRecord, M.UnfenceBrokerRecord)) else record.broker_id
+        epoch = record.epoch if isinstance(record, (M.FenceBrokerRecord, M.UnfenceBrokerRecord)) else record.broker_epoch
+        found = self.brokers.get(node_id)
+        if found is None or found.epoch != epoch:
+            return  # about an older registration of the broker
+        if isinstance(record, M.UnregisterBrokerRecord):
+            del self.brokers[node_id]
+        elif isinstance(record, M.FenceBrokerRecord):
+            found.fenced = True
+        elif isinstance(record, M.UnfenceBrokerRecord):
+            found.fenced = False
+        else:
+            if record.fenced == FENCE:
+                found.fenced = True
+            elif record.fenced == UNFENCE:
+                found.fenced = False
+            if record.in_controlled_shutdown == 1:
+                found.in_controlled_shutdown = True
 
     def _replay_security(self, record: Any) -> None:
         if isinstance(record, M.AccessControlEntryRecord):

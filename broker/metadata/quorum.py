@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
+from dataclasses import dataclass, field
 
 from broker.log.checkpoint import write_atomic
 
@@ -29,3 +31,24 @@ def start_new_epoch(directory: str, node_id: int) -> int:
     state = {"leaderId": node_id, "leaderEpoch": epoch, "votedId": -1, "data_version": 1}
     write_atomic(os.path.join(directory, QUORUM_STATE_FILE), json.dumps(state, separators=(",", ":")).encode())
     return epoch
+
+
+@dataclass(frozen=True)
+class Replica:
+    node_id: int
+    directory_id: uuid.UUID
+    log_end_offset: int  # -1: not known here
+
+
+@dataclass(frozen=True)
+class QuorumState:
+    """The metadata log's quorum as DescribeQuorum reports it. A single node: itself, the only
+    voter and the leader. A node of a cluster on etcd: the active controller is the leader (its
+    epoch the controller epoch), the voter that writes the log; the other brokers are observers
+    (they replay it); etcd's own members, who vote on the log's order, are not Kafka replicas."""
+
+    leader_id: int
+    leader_epoch: int
+    high_watermark: int
+    voters: list[Replica]
+    observers: list[Replica] = field(default_factory=list)

@@ -51,6 +51,8 @@ class MetadataStore:
         self.image = MetadataImage()
         self._producer_ids_left = 0
         self._next_producer_id = 0
+        # told of every record replayed (None: the image was replaced); cluster mode only
+        self.listeners: list[Callable[[list[Any] | None], None]] = []
 
     def load(self) -> None:
         for value in self.log.read_all():
@@ -106,14 +108,16 @@ class MetadataStore:
         self._commit(records)
 
     def _commit(self, records: list[Any]) -> None:
-        self.log.append([encode_record(r, self._version_of(r)) for r in records])
+        self.log.append([encode_record(r) for r in records])
         for r in records:
             self.image.replay(r)
+        if self.listeners:
+            self.replayed(records)
 
-    @staticmethod
-    def _version_of(record: Any) -> int:
-        # PartitionRecord v1 adds Directories; v0 is all a single log dir needs
-        return 0
+    def replayed(self, records: list[Any] | None) -> None:
+        """Tell the listeners what was replayed (None: the image was replaced)."""
+        for listener in list(self.listeners):
+            listener(records)
 
     # queries --------------------------------------------------------------------------------
     def topic(self, name: str) -> TopicInfo | None:
@@ -121,6 +125,11 @@ class MetadataStore:
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
         return self.image.topics_by_id.get(topic_id)
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        """The name of the topic with this id (None: no such topic), as MetadataCache.getTopicName."""
+        info = self.image.topics_by_id.get(topic_id)
+        return info.name if info is not None else None
 
     @property
     def topics(self) -> dict[str, TopicInfo]:

@@ -33,6 +33,7 @@ from collections.abc import Callable, Coroutine, Generator
 from typing import TYPE_CHECKING, Any
 
 from broker.apis import APIS, Api, BrokerServices, Intercept, RequestContext, error_response
+from broker.apis.registry import CONTROLLER_APIS
 from broker.log.handles import OPEN_FILES, descriptor_limit
 from broker.log.segment import FileSlice
 from broker.observability.logger import get_logger
@@ -432,7 +433,7 @@ class Connection(asyncio.BufferedProtocol):
     def _unrouted(self, api_key: int, api_version: int, correlation_id: int) -> _Route | None:
         """The route of a request seen for the first time, or None once the request is dealt with
         (an unknown API or an unsupported version: the connection closes; ApiVersions is answered)."""
-        api = APIS.get(api_key)
+        api = APIS.get(api_key) or (CONTROLLER_APIS.get(api_key) if self.server.controller_apis else None)
         if api is None:
             log.warning("closing connection: unknown api key", peer=self.peer, api_key=api_key)
             self.close()
@@ -635,6 +636,7 @@ class KafkaServer:
         self.intercepts: dict[int, Intercept] = {}
         self.quotas: ClientQuotas | None = None  # set once the metadata is loaded
         self.routes: dict[tuple[int, int], _Route] = {}  # (API key, version) -> its route, as requests come
+        self.controller_apis = False  # cluster mode: the controller's APIs are served too (not listed)
         self._reaper: asyncio.Task[None] | None = None
         # Connections and log files share the process's descriptors: past the limit a new
         # connection is closed at once (uvloop) or accepting pauses (asyncio), without a word.

@@ -20,6 +20,7 @@ asks the coordinator, and the append succeeds only if no marker came in between.
 from __future__ import annotations
 
 import asyncio
+import enum
 import uuid
 from dataclasses import dataclass
 
@@ -79,6 +80,14 @@ class ProduceResult:
     log_start_offset: int
 
 
+class Role(enum.Enum):
+    """A replica's part in its partition (the metadata says which): the leader takes produces and
+    serves fetches; a follower copies the leader's log (cluster mode, replication)."""
+
+    LEADER = "leader"
+    FOLLOWER = "follower"
+
+
 class Partition:
     def __init__(self, topic: str, index: int, topic_id: uuid.UUID, log: Log) -> None:
         self.topic = topic
@@ -96,6 +105,12 @@ class Partition:
         self._waiters: set[asyncio.Future[None]] = set()
         self._verifications: dict[int, VerificationState] = {}  # producer id -> a verification in flight
         self._snapshot_offset = -1  # offset of the last producer snapshot written or loaded
+        # replication (cluster mode); a single node leads every partition it has, alone in its ISR
+        self.role = Role.LEADER
+        self.leader_id = -1  # the leader's node id while this replica follows
+        self.partition_epoch = 0
+        self.replicas: list[int] = []
+        self.isr: list[int] = []
 
     def __repr__(self) -> str:
         return "Partition(%s-%d)" % (self.topic, self.index)
@@ -113,6 +128,24 @@ class Partition:
             log.leader_epoch = epoch
             if log.epoch_cache.assign(epoch, log.log_end_offset):
                 log.epoch_cache.write()
+
+    @property
+    def is_leader(self) -> bool:
+        return self.role is Role.LEADER
+
+    def make_leader(self, epoch: int, partition_epoch: int, replicas: list[int], isr: list[int]) -> None:
+        """Lead the partition as the metadata says (cluster mode): from `epoch`, with this ISR."""
+        self.become_leader(epoch)
+        self.role, self.leader_id = Role.LEADER, -1
+        self.partition_epoch, self.replicas, self.isr = partition_epoch, list(replicas), list(isr)
+
+    def make_follower(self, leader: int, epoch: int, partition_epoch: int, replicas: list[int],
+                      isr: list[int]) -> None:
+        """Follow `leader` (-1: none yet) in `epoch`, as the metadata says (cluster mode). The
+        log's epoch cache learns the leader's epochs from the batches it copies."""
+        self.role, self.leader_id = Role.FOLLOWER, leader
+        self.log.leader_epoch = max(self.log.leader_epoch, epoch)
+        self.partition_epoch, self.replicas, self.isr = partition_epoch, list(replicas), list(isr)
 
     @property
     def high_watermark(self) -> int:

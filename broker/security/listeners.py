@@ -39,7 +39,7 @@ class Listener:
         return self.ssl_context is not None
 
 
-def _protocol_of(config: BrokerConfig, name: str) -> str:
+def protocol_of(config: BrokerConfig, name: str) -> str:
     protocol = config.security_protocol_map.get(name.upper())
     if protocol is None:
         raise SecurityConfigError("No security protocol defined for listener %s" % name)
@@ -65,7 +65,7 @@ def check_listeners(config: BrokerConfig) -> list[Address]:
         raise SecurityConfigError("Each listener must have a different port, listeners: %s"
                                   % ",".join(config["listeners"]))
     for listener in listeners:
-        _protocol_of(config, listener.name)
+        protocol_of(config, listener.name)
     controllers = {n.upper() for n in config["controller.listener.names"] or []}
     for a in advertised:
         if a.name.upper() not in names:
@@ -89,7 +89,7 @@ def check_listeners(config: BrokerConfig) -> list[Address]:
 def build_listener(config: BrokerConfig, address: Address) -> Listener:
     """The security settings of one listener (TLS context, principal mapper, SASL settings)."""
     name = address.name.upper()
-    protocol = _protocol_of(config, name)
+    protocol = protocol_of(config, name)
     listener = Listener(name, protocol, address.host, address.port)
 
     def value(prop: str) -> Any:

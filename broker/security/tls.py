@@ -1,4 +1,6 @@
-"""TLS for SSL and SASL_SSL listeners: Kafka's ssl.* properties turned into an ssl.SSLContext.
+"""TLS for SSL and SASL_SSL listeners: Kafka's ssl.* properties turned into an ssl.SSLContext,
+the listener's (`server_context`) and, for the inter-broker listener, the one this broker uses
+as a client of other brokers (`client_context`).
 
 Key and trust stores are PEM, as `ssl.keystore.type=PEM` / `ssl.truststore.type=PEM` in Kafka:
 a file (`ssl.keystore.location`: private key and certificate chain; `ssl.truststore.location`:
@@ -83,13 +85,17 @@ def _refuse_type(kind: str, store_type: str, location: str) -> SecurityConfigErr
         "openssl pkcs12 -in store.p12 -nodes" % (kind, store_type, location, location))
 
 
-def _load_keystore(ctx: ssl.SSLContext, value: Any) -> None:
+def _load_keystore(ctx: ssl.SSLContext, value: Any, required: bool = True) -> None:
     store_type = str(value("ssl.keystore.type") or "JKS").upper()
     location = _text(value("ssl.keystore.location"))
     password = _text(value("ssl.keystore.password"))
     key_password = _text(value("ssl.key.password"))
     private_key = _text(value("ssl.keystore.key"))
     chain = _text(value("ssl.keystore.certificate.chain"))
+    if not required and private_key is None and chain is None and location is None:
+        if password is not None:
+            raise SecurityConfigError("SSL key store is not specified, but key store password is specified.")
+        return  # a client without a certificate (the server may not ask for one)
     if private_key is not None:
         if store_type != PEM:
             raise SecurityConfigError("SSL private key can be specified only for PEM, but key store type is %s."
@@ -136,7 +142,7 @@ def _load_chain(ctx: ssl.SSLContext, cert_path: str | None, key_path: str | None
         raise SecurityConfigError("Failed to load SSL keystore %s: %s" % (what, reason)) from None
 
 
-def _load_truststore(ctx: ssl.SSLContext, value: Any) -> None:
+def _load_truststore(ctx: ssl.SSLContext, value: Any, purpose: ssl.Purpose = ssl.Purpose.CLIENT_AUTH) -> None:
     store_type = str(value("ssl.truststore.type") or "JKS").upper()
     location = _text(value("ssl.truststore.location"))
     password = _text(value("ssl.truststore.password"))
@@ -165,7 +171,7 @@ def _load_truststore(ctx: ssl.SSLContext, value: Any) -> None:
         elif password is not None:
             raise SecurityConfigError("SSL trust store is not specified, but trust store password is specified.")
         else:
-            ctx.load_default_certs(ssl.Purpose.CLIENT_AUTH)  # as Java: the platform's CAs
+            ctx.load_default_certs(purpose)  # as Java: the platform's CAs
     except (OSError, ssl.SSLError) as exc:
         reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or type(exc).__name__
         raise SecurityConfigError("Failed to load SSL truststore %s: %s" % (location or "(inline)", reason)) from None
@@ -221,5 +227,27 @@ def server_context(value: Any) -> ssl.SSLContext:
     ctx.verify_mode = _CLIENT_AUTH[client_auth]
     if client_auth != "none":
         _load_truststore(ctx, value)
+    _apply_protocols(ctx, value)
+    return ctx
+
+
+HTTPS = "https"
+
+
+def client_context(value: Any) -> ssl.SSLContext:
+    """The SSLContext of this broker as a client of a listener (the inter-broker one), as Kafka's
+    SslFactory in client mode builds it from the same ssl.* settings: the key store, if any, is the
+    client certificate; the trust store verifies the server (the platform's CAs without one);
+    ssl.endpoint.identification.algorithm=https checks the server's certificate against the host
+    connected to, empty turns that check off (the chain is verified either way)."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    algorithm = _text(value("ssl.endpoint.identification.algorithm"))
+    if algorithm is not None and algorithm.strip().lower() not in (HTTPS, ""):
+        raise SecurityConfigError("Invalid value %s for configuration ssl.endpoint.identification.algorithm: use "
+                                  "https, or empty to turn host name verification off" % algorithm)
+    ctx.check_hostname = algorithm is not None and algorithm.strip().lower() == HTTPS
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    _load_keystore(ctx, value, required=False)
+    _load_truststore(ctx, value, ssl.Purpose.SERVER_AUTH)
     _apply_protocols(ctx, value)
     return ctx

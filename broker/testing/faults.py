@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from broker.apis import Handler, Intercept, RequestContext
+from broker.apis.addressing import Key, Role, answer_in_part, fail_entries_after, keys, roles
 from broker.observability.logger import get_logger
 from broker.observability.metrics import counter
-from broker.testing.addressing import Key, Role, answer_in_part, fail_entries_after, keys, roles
 from protocol import messages as M
 from protocol.errors import ErrorCode
 
@@ -373,11 +373,7 @@ class Faults:
 
     @staticmethod
     def _resolver(ctx: RequestContext) -> Callable[[Any], str | None]:
-        def resolve(topic_id: Any) -> str | None:
-            info = ctx.broker.metadata.topic_by_id(topic_id)
-            return info.name if info is not None else None
-
-        return resolve
+        return ctx.broker.metadata.topic_name
 
     # the interception point ----------------------------------------------------------------------
     async def intercept(self, ctx: RequestContext, request: Any, handler: Handler) -> Any:

@@ -6,8 +6,8 @@ the live nodes, partitions have replicas and in-sync replicas for any replicatio
 (Kafka's PartitionRecord/PartitionChangeRecord in the metadata log), leaders and coordinators
 are spread over the nodes, and a request sent to the wrong node is answered as a real cluster
 answers it: NOT_LEADER_OR_FOLLOWER for a partition it does not lead, NOT_COORDINATOR for a group
-or transactional id it does not coordinate (`route`, run by the server through the fault
-injector's interception point). The data is stored once: nothing is replicated, every replica is
+or transactional id it does not coordinate (broker/apis/routing.py's Router, run by the server
+through the fault injector's interception point). The data is stored once: nothing is replicated, every replica is
 always in sync when its node is up.
 
 A coordinator is the leader of its internal topic's partition (partitionFor(key) of
@@ -27,18 +27,15 @@ from __future__ import annotations
 import zlib
 from typing import Any
 
-from broker.apis import Handler, RequestContext
+from broker.apis.routing import KEY_TYPE_GROUP, KEY_TYPE_SHARE, KEY_TYPE_TRANSACTION, Router
 from broker.coordinator.runtime import partition_for
 from broker.observability.logger import get_logger
-from broker.testing.addressing import Key, answer_in_part, fail_whole
-from broker.testing.process_cluster import forward_to_controller
-from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
 
 log = get_logger("broker.simulated")
 
-E = ErrorCode
-KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION, KEY_TYPE_SHARE = 0, 1, 2
+__all__ = ["KEY_TYPE_GROUP", "KEY_TYPE_SHARE", "KEY_TYPE_TRANSACTION", "SimulatedCluster"]
+
 # each coordinator type: its internal topic and the property giving its partition count
 COORDINATOR_TOPICS = {
     KEY_TYPE_GROUP: ("__consumer_offsets", "offsets.topic.num.partitions"),
@@ -46,25 +43,6 @@ COORDINATOR_TOPICS = {
     KEY_TYPE_SHARE: ("__share_group_state", "share.coordinator.state.topic.num.partitions"),
 }
 DEFAULT_INTERNAL_PARTITIONS = 50
-# APIs served by a partition's leader, by the group coordinator, by the transaction coordinator
-# (the request field naming the transactional id; only requests that name one), and ListGroups
-# (each node lists the groups it coordinates)
-LEADER_APIS = frozenset({0, 1, 2, 21, 23, 61, 78, 79})
-GROUP_APIS = frozenset({8, 9, 11, 12, 13, 14, 15, 28, 42, 47, 68, 69, 76, 77, 90, 91, 92})
-TRANSACTION_FIELDS = {22: "transactional_id", 25: "transactional_id", 26: "transactional_id"}
-ADD_PARTITIONS_TO_TXN, LIST_GROUPS, PRODUCE, FETCH = 24, 16, 0, 1
-# KIP-951: the versions from which a refused Produce / Fetch names the partition's current leader
-# and that leader's address (KafkaApis: Produce v10+ for NOT_LEADER_OR_FOLLOWER, Fetch v16+ also
-# for FENCED_LEADER_EPOCH), so clients move without waiting for a Metadata round trip
-LEADER_HINTS = {PRODUCE: (10, frozenset({E.NOT_LEADER_OR_FOLLOWER})),
-                FETCH: (16, frozenset({E.NOT_LEADER_OR_FOLLOWER, E.FENCED_LEADER_EPOCH}))}
-ROUTED = LEADER_APIS | GROUP_APIS | set(TRANSACTION_FIELDS) | {ADD_PARTITIONS_TO_TXN, LIST_GROUPS}
-# the metadata changes a follower process forwards to the controller (Kafka's forwardable APIs):
-# CreateTopics, DeleteTopics, CreateAcls, DeleteAcls, AlterConfigs, CreatePartitions, ElectLeaders,
-# IncrementalAlterConfigs, AlterPartitionReassignments, AlterClientQuotas, AlterUserScramCredentials,
-# UpdateFeatures
-FORWARDED = frozenset({19, 20, 30, 31, 33, 37, 43, 44, 45, 49, 51, 57})
-
 
 
 class SimulatedCluster:
@@ -135,26 +113,25 @@ class SimulatedCluster:
 
     # lifecycle -----------------------------------------------------------------------------------
     async def start(self) -> None:
-        """Listen as the other nodes; every node is up, so every replica is back in sync. A process
-        serving one node (`simulated.process.node`) listens only as itself: the others are its
-        siblings, on their ports; the controller's process alone writes the metadata."""
-        process_node = self.broker.process_node
+        """Listen as the other nodes; every node is up, so every replica is back in sync."""
         for listener in self.broker.listeners:
-            for node in self.nodes if process_node >= 0 else [self.first]:
-                if process_node >= 0 and not listener.port:
-                    raise ValueError("simulated.process.node needs fixed listener ports (node k on port + k)")
-                port = listener.port + node - self.first if process_node >= 0 else None
-                self.ports.setdefault(node, {})[listener.name] = port or self.broker.bound_ports[listener.name]
-        for node in self.nodes[1:] if process_node < 0 else []:
+            self.ports.setdefault(self.first, {})[listener.name] = self.broker.bound_ports[listener.name]
+        for node in self.nodes[1:]:
             await self._listen(node)
         for name, info in list(self.broker.metadata.topics.items()):
             for index, a in sorted(info.assignments.items()):
-                if process_node <= 0 and (a.isr != a.replicas or a.leader < 0):
+                if a.isr != a.replicas or a.leader < 0:
                     self.broker.metadata.change_partition(name, index, leader=a.replicas[0] if a.leader < 0 else None,
                                                           isr=list(a.replicas))
                 self._lead(name, index)
-        self.broker.faults.route(self.route, ROUTED | (FORWARDED if process_node > 0 else frozenset()))
+        router = Router(self, lambda: self.broker.metadata, self._node_of, None, self._min_insync_replicas)
+        self.broker.faults.route(router.route, router.api_keys)
         log.info("simulated cluster", nodes=self.nodes, ports=self.ports)
+
+    def _node_of(self, ctx: Any) -> int:
+        """The node a request came to: the one whose port its connection came in on."""
+        node = ctx.connection.node
+        return node if node is not None else self.first
 
     async def _listen(self, node: int) -> None:
         offset = node - self.first
@@ -164,87 +141,8 @@ class SimulatedCluster:
             bound = await self.broker.server.listen(listener.host, port, listener, node=node)
             self.ports.setdefault(node, {})[listener.name] = bound
 
-    # routing: what a real cluster answers a node that is the wrong one ---------------------------
-    async def route(self, ctx: RequestContext, request: Any, handler: Handler) -> Any:
-        node = ctx.connection.node if ctx.connection.node is not None else self.first
-        api_key = ctx.api_key
-        if api_key in FORWARDED:
-            return await forward_to_controller(self.broker, ctx, request)
-        if api_key == LIST_GROUPS:
-            response = await handler(ctx, request)
-            assert isinstance(response, M.ListGroupsResponse)
-            response.groups = [g for g in response.groups or () if self.coordinator(KEY_TYPE_GROUP, g.group_id) == node]
-            return response
-        transactional_id = self._transactional_id(api_key, ctx.api_version, request)
-        if transactional_id is not None:
-            code = self._coordinator_error(KEY_TYPE_TRANSACTION, transactional_id, node)
-            if code is not None:
-                return fail_whole(ctx, request, code)
-            return await handler(ctx, request)
-        if api_key in GROUP_APIS:
-            def error_for(key: Key) -> ErrorCode | None:
-                return self._coordinator_error(KEY_TYPE_GROUP, key.group, node) if key.group is not None else None
-        elif api_key in LEADER_APIS:
-            acks_all = api_key == PRODUCE and request.acks == -1
-
-            def error_for(key: Key) -> ErrorCode | None:
-                if key.topic is None or key.partition is None or self.broker.metadata.topic(key.topic) is None:
-                    return None  # the handler answers what does not exist
-                leader, _, isr = self.assignment(key.topic, key.partition)
-                if leader != node:
-                    return E.NOT_LEADER_OR_FOLLOWER
-                if acks_all and len(isr) < self._min_insync_replicas(key.topic):
-                    return E.NOT_ENOUGH_REPLICAS
-                return None
-        else:
-            return await handler(ctx, request)
-        response = await answer_in_part(ctx, request, handler, error_for, self._resolve)
-        hints = LEADER_HINTS.get(api_key)
-        if hints is not None and ctx.api_version >= hints[0]:
-            self._add_leader_hints(ctx, response, hints[1])
-        return response
-
-    def _add_leader_hints(self, ctx: RequestContext, response: Any, codes: frozenset[ErrorCode]) -> None:
-        """Fill current_leader in the refused partitions and the leaders' endpoints (KIP-951)."""
-        listener = ctx.connection.listener.name if ctx.connection.listener is not None else None
-        leaders: set[int] = set()
-        produce = ctx.api_key == PRODUCE
-        for topic in response.responses or ():
-            name = (topic.name if produce else topic.topic) or self._resolve(topic.topic_id)
-            info = self.broker.metadata.topic(name) if name else None
-            for part in topic.partition_responses if produce else topic.partitions:
-                if part.error_code not in codes or info is None:
-                    continue
-                found = info.assignments.get(part.index if produce else part.partition_index)
-                if found is None:
-                    continue
-                part.current_leader = type(response).LeaderIdAndEpoch(leader_id=found.leader,
-                                                                      leader_epoch=found.leader_epoch)
-                if found.leader >= 0:
-                    leaders.add(found.leader)
-        endpoints = []
-        for node in sorted(leaders):
-            host, port = self.address(node, listener)
-            endpoints.append(type(response).NodeEndpoint(node_id=node, host=host, port=port,
-                                                         rack=self.broker.config["broker.rack"]))
-        response.node_endpoints = endpoints
-
-    def _coordinator_error(self, key_type: int, key: str, node: int) -> ErrorCode | None:
-        coordinator = self.coordinator(key_type, key)
-        if coordinator == node:
-            return None
-        return E.COORDINATOR_NOT_AVAILABLE if coordinator < 0 else E.NOT_COORDINATOR
-
-    @staticmethod
-    def _transactional_id(api_key: int, version: int, request: Any) -> str | None:
-        if api_key == ADD_PARTITIONS_TO_TXN:
-            return request.v3_and_below_transactional_id if version <= 3 else None
-        field = TRANSACTION_FIELDS.get(api_key)
-        return getattr(request, field) if field is not None else None
-
-    def _resolve(self, topic_id: Any) -> str | None:
-        info = self.broker.metadata.topic_by_id(topic_id)
-        return info.name if info is not None else None
+    def rack(self, node: int) -> str | None:
+        return self.broker.config["broker.rack"]  # type: ignore[no-any-return]
 
     def _min_insync_replicas(self, topic: str) -> int:
         info = self.broker.metadata.topic(topic)

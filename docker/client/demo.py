@@ -5,7 +5,7 @@ import os
 import sys
 import time
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 BOOTSTRAP = os.environ.get("BOOTSTRAP_SERVERS", "kafka:29092")
@@ -16,11 +16,20 @@ INTERVAL_S = float(os.environ.get("INTERVAL_S", "5"))
 
 def main() -> int:
     admin = AdminClient({"bootstrap.servers": BOOTSTRAP})
-    for future in admin.create_topics([NewTopic(TOPIC, 3, int(os.environ.get("REPLICATION_FACTOR", "1")))]).values():
+    replication = int(os.environ.get("REPLICATION_FACTOR", "1"))
+    deadline = time.monotonic() + 120
+    while True:  # a cluster's brokers may still be registering (too few for the replication factor)
         try:
-            future.result(30)
-        except Exception as exc:  # it exists already (a restarted client)
-            print("topic:", exc, flush=True)
+            admin.create_topics([NewTopic(TOPIC, 3, replication)])[TOPIC].result(30)
+            break
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:  # a restarted client
+                break
+            print("topic:", error, flush=True)
+            if error.code() != KafkaError.INVALID_REPLICATION_FACTOR or time.monotonic() > deadline:
+                break
+            time.sleep(1)
     producer = Producer({"bootstrap.servers": BOOTSTRAP})
     consumer = Consumer({"bootstrap.servers": BOOTSTRAP, "group.id": "demo", "auto.offset.reset": "earliest"})
     consumer.subscribe([TOPIC])

@@ -17,11 +17,15 @@ ROOT = Path(__file__).resolve().parents[2]
 NOT_AT_START = [
     "broker.security.sasl.authenticator",  # the first connection on a SASL listener
     "broker.security.sasl.mechanisms",
+    "broker.security.sasl.client",  # a node of a cluster with a SASL inter-broker listener
+    "broker.security.interbroker",  # etcd.endpoints
     "broker.network.http",  # metrics.port
     "prometheus_client",  # the first scrape
     "broker.testing.simulated",  # simulated.brokers
-    "broker.testing.process_cluster",  # simulated.process.node
-    "broker.testing.interbroker",
+    "broker.cluster.node",  # etcd.endpoints
+    "broker.cluster.etcd_http",
+    "broker.coordinator.txn.remote",
+    "broker.share.persister",
     "broker.observability.telemetry.client",  # the first telemetry request
     "broker.observability.telemetry.otlp",
     "structlog",  # an embedded broker logs through the logging module

@@ -64,7 +64,10 @@ class TestCA:
         self.path = directory / ("%s.pem" % name.replace(" ", "-").lower())
         self.path.write_bytes(self.cert_pem)
 
-    def issue(self, file_stem: str, server: bool = False, password: str | None = None, **subject: str) -> Issued:
+    def issue(self, file_stem: str, server: bool = False, password: str | None = None,
+              hosts: tuple[str, ...] = ("localhost", "127.0.0.1"), client_too: bool = False, **subject: str) -> Issued:
+        """A certificate: a server's for `hosts` (its subject alternative names), a client's, or
+        with `client_too` a server's that is also a client's (a broker's, used both ways)."""
         key = _key()
         now = datetime.datetime.now(datetime.UTC)
         builder = (
@@ -75,9 +78,15 @@ class TestCA:
         if server:
             import ipaddress
 
-            builder = builder.add_extension(x509.SubjectAlternativeName([
-                x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
-            builder = builder.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+            def name(host: str) -> x509.GeneralName:
+                try:
+                    return x509.IPAddress(ipaddress.ip_address(host))
+                except ValueError:
+                    return x509.DNSName(host)
+
+            builder = builder.add_extension(x509.SubjectAlternativeName([name(h) for h in hosts]), critical=False)
+            usages = [ExtendedKeyUsageOID.SERVER_AUTH] + ([ExtendedKeyUsageOID.CLIENT_AUTH] if client_too else [])
+            builder = builder.add_extension(x509.ExtendedKeyUsage(usages), critical=False)
         else:
             builder = builder.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
         cert = builder.sign(self.key, hashes.SHA256())

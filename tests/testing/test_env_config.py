@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from broker.config import BrokerConfig, env_properties, env_property_name
-from broker.observability.healthcheck import default_address, main
+from broker.observability.healthcheck import check, default_address, main
 from broker.testing import EmbeddedBroker
 
 # apache/kafka's image defaults (docker/resources/common-scripts/configureDefaults)
@@ -55,3 +55,10 @@ def test_health_check() -> None:
         assert main([kafka.bootstrap_servers]) == 0
         port = kafka.port
     assert main(["127.0.0.1:%d" % port]) == 1
+
+
+def test_health_check_of_a_node_of_a_cluster_waits_for_it_to_be_a_live_broker() -> None:
+    with EmbeddedBroker() as kafka:  # node 1: listed in its own Metadata
+        host, _, port = kafka.bootstrap_servers.rpartition(":")
+        assert check(host, int(port), node_id=1)
+        assert not check(host, int(port), node_id=7)  # not (yet) a live broker of the cluster

@@ -166,3 +166,19 @@ def _names(raw: Any, default: tuple[str, ...]) -> tuple[str, ...]:
         return default
     items = raw.split(",") if isinstance(raw, str) else list(raw)
     return tuple(str(x).strip() for x in items if str(x).strip())
+
+
+# the broker properties the group coordinator reads (group configs override some per group)
+CONFIG_KEYS = (
+    "offsets.topic.num.partitions", "group.min.session.timeout.ms", "group.max.session.timeout.ms",
+    "group.initial.rebalance.delay.ms", "group.max.size", "offset.metadata.max.bytes",
+    "offsets.retention.minutes", "offsets.retention.check.interval.ms",
+    "group.consumer.assignors", "group.consumer.heartbeat.interval.ms", "group.consumer.session.timeout.ms",
+    "group.consumer.min.session.timeout.ms", "group.consumer.max.session.timeout.ms", "group.consumer.max.size",
+    "group.consumer.assignment.interval.ms", "group.consumer.regex.refresh.interval.ms",
+    "group.consumer.migration.policy", "group.consumer.min.heartbeat.interval.ms",
+    "group.consumer.max.heartbeat.interval.ms", "group.share.heartbeat.interval.ms",
+    "group.share.min.heartbeat.interval.ms", "group.share.max.heartbeat.interval.ms", "group.share.session.timeout.ms",
+    "group.share.min.session.timeout.ms", "group.share.max.session.timeout.ms", "group.share.max.size",
+    "group.heartbeat.hold.ms",
+)

@@ -28,6 +28,13 @@ from protocol.errors import KafkaError
 log = get_logger("broker.coordinator.share")
 
 
+# the broker properties the share coordinator reads
+CONFIG_KEYS = (
+    "share.coordinator.state.topic.num.partitions", "share.coordinator.snapshot.update.records.per.snapshot",
+    "share.coordinator.state.topic.segment.bytes", "share.coordinator.state.topic.prune.interval.ms",
+)
+
+
 @dataclass(frozen=True)
 class ShareCoordinatorConfig:
     num_partitions: int = 50  # share.coordinator.state.topic.num.partitions
@@ -72,8 +79,11 @@ class ShareCoordinator:
         self._prune_before = prune_before
         self._pruner: asyncio.Task[None] | None = None
 
-    async def start(self) -> None:
-        await self.runtime.load_all()
+    async def start(self, load: bool = True) -> None:
+        """Load every partition of __share_group_state (a node of a cluster: those it leads, as it
+        learns of them)."""
+        if load:
+            await self.runtime.load_all()
         if self._prune_before is not None and self.config.prune_interval_ms > 0:
             self._pruner = asyncio.get_running_loop().create_task(self._prune_loop())
 

@@ -82,9 +82,11 @@ class TransactionCoordinator:
         self._completions: set[asyncio.Task[None]] = set()  # completions awaiting markers or retrying
         self._completing: set[asyncio.Future[Any]] = set()  # Complete* records queued on their partition
 
-    async def start(self) -> None:
-        """Load every partition of __transaction_state (this single node coordinates them all)."""
-        await self.runtime.load_all()
+    async def start(self, load: bool = True) -> None:
+        """Load every partition of __transaction_state (a single node coordinates them all; a node
+        of a cluster loads those it leads, as it learns of them: `load` False)."""
+        if load:
+            await self.runtime.load_all()
 
     async def stop(self) -> None:
         for task in list(self._completions):

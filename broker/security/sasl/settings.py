@@ -46,7 +46,9 @@ class SaslSettings:
         return dict(entry.options) if entry is not None else {}
 
 
-def _jaas_of(config: BrokerConfig, listener: str, mechanism: str) -> JaasEntry | None:
+def jaas_entry(config: BrokerConfig, listener: str, mechanism: str) -> JaasEntry | None:
+    """The JAAS entry of a listener's mechanism: listener.name.<l>.<mechanism>.sasl.jaas.config, else
+    sasl.jaas.config (None: neither is set)."""
     text: Any = config.listener_value(listener, "sasl.jaas.config", mechanism)
     if text is None or text == "":
         return None
@@ -76,7 +78,7 @@ def sasl_settings(config: BrokerConfig, listener: str) -> SaslSettings:
         failed_delay_ms=int(config["connection.failed.authentication.delay.ms"]),
     )
     for mechanism in settings.mechanisms:
-        entry = _jaas_of(config, listener, mechanism)
+        entry = jaas_entry(config, listener, mechanism)
         if entry is not None and entry.login_module != LOGIN_MODULES[mechanism]:
             raise SecurityConfigError("The JAAS entry of listener %s, mechanism %s names %s: use %s"
                                       % (listener, mechanism, entry.login_module, LOGIN_MODULES[mechanism]))

@@ -1,6 +1,5 @@
-"""Requests from one process of a process cluster (broker/testing/process_cluster.py) to another:
-the two inter-broker RPCs a transaction needs when its coordinator and its partitions' leaders are
-different nodes, as in Kafka:
+"""The two inter-broker RPCs a transaction needs when its coordinator and its partitions' leaders
+are different nodes of a cluster, as in Kafka:
 
 - AddPartitionsToTxn v5, from a partition's leader to the transaction coordinator: verify that a
   transactional batch's partition is in the transaction (VerifyOnly, produce v3-11), or add it
@@ -9,73 +8,35 @@ different nodes, as in Kafka:
   (Kafka's TransactionMarkerChannelManager); the coordinator writes its own partitions' markers
   directly.
 
-One connection per node, one request at a time on it; a connection that fails is opened again at
-the next request, and the request's partitions answer COORDINATOR_NOT_AVAILABLE (verification:
-the producer retries) or stay unwritten (markers: the coordinator retries them).
+A node that cannot be reached makes the request's partitions answer COORDINATOR_NOT_AVAILABLE
+(verification: the producer retries) or stay unwritten (markers: the coordinator retries them).
 """
 
 from __future__ import annotations
 
 import asyncio
-import struct
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from broker.coordinator.txn import MarkerWrite
 from broker.coordinator.txn.state import TopicPartition
 from broker.observability.logger import get_logger
-from protocol import frames
 from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
 
-log = get_logger("broker.interbroker")
+log = get_logger("broker.coordinator.txn")
 
 E = ErrorCode
 ADD_PARTITIONS_TO_TXN, WRITE_TXN_MARKERS = 24, 27
 ADD_PARTITIONS_VERSION, WRITE_MARKERS_VERSION = 5, 2
-TIMEOUT_S = 30.0
 # a marker refused for these was written already or belongs to a fenced producer: not retried
 _DONE = frozenset([E.NONE, E.INVALID_PRODUCER_EPOCH, E.TRANSACTION_COORDINATOR_FENCED, E.UNKNOWN_TOPIC_OR_PARTITION])
 
 
-class NodeClient:
-    """Requests to one node, answered in order on one connection."""
+class NodeClient(Protocol):
+    """A connection to another node (broker.cluster.client.NodeClient)."""
 
-    def __init__(self, address: Callable[[], tuple[str, int]], client_id: str) -> None:
-        self.address = address
-        self.client_id = client_id
-        self._lock = asyncio.Lock()
-        self._streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
-        self._correlation_id = 0
-
-    async def call(self, api_key: int, version: int, request: Any) -> Any:
-        """The response; KafkaError(COORDINATOR_NOT_AVAILABLE) when the node cannot be reached."""
-        async with self._lock:
-            try:
-                return await asyncio.wait_for(self._call(api_key, version, request), TIMEOUT_S)
-            except (TimeoutError, OSError, asyncio.IncompleteReadError) as exc:
-                self.close()
-                host, port = self.address()
-                raise KafkaError(E.COORDINATOR_NOT_AVAILABLE, "node %s:%d: %r" % (host, port, exc)) from None
-
-    async def _call(self, api_key: int, version: int, request: Any) -> Any:
-        if self._streams is None:
-            self._streams = await asyncio.open_connection(*self.address())
-        reader, writer = self._streams
-        self._correlation_id += 1
-        payload = frames.encode_request_header(api_key, version, self._correlation_id, self.client_id) + \
-            M.encode(request, version)
-        writer.write(struct.pack(">i", len(payload)) + payload)
-        await writer.drain()
-        (size,) = struct.unpack(">i", await reader.readexactly(4))
-        data = await reader.readexactly(size)
-        offset = 5 if frames.response_header_version(api_key, version) == 1 else 4
-        return M.decode_response(api_key, version, data[offset:])
-
-    def close(self) -> None:
-        if self._streams is not None:
-            self._streams[1].close()
-            self._streams = None
+    async def call(self, api_key: int, version: int, request: Any) -> Any: ...
 
 
 class RemoteTxnCoordinator:
@@ -127,7 +88,7 @@ async def _union(waits: list[Awaitable[set[TopicPartition]]]) -> set[TopicPartit
     return failed
 
 
-class ProcessMarkerWriter:
+class RemoteMarkerWriter:
     """Markers for the transaction's partitions led here through `local` (a PartitionMarkerWriter),
     the others sent to their leaders (pending until they answer)."""
 

@@ -1,0 +1,175 @@
+"""The controller's view of the brokers: registration, heartbeats, fencing (Kafka's
+ClusterControlManager and BrokerHeartbeatManager), as pure functions of the metadata image.
+
+A broker registers (BrokerRegistration) and is given a broker epoch: the offset its
+RegisterBrokerRecord takes in the metadata log. It starts fenced: not offered as a leader or a
+coordinator, not listed in Metadata. Its heartbeats (BrokerHeartbeat, every
+`broker.heartbeat.interval.ms`) say how far it has replayed the metadata log; once that reaches
+its registration it is caught up and unfenced. A broker whose heartbeats stop for
+`broker.session.timeout.ms` is fenced again; one that asks to shut down (WantShutDown) is marked in
+controlled shutdown, fenced, and told it may go. Two processes with the same node.id: while the
+registered one's session lasts, a registration with another incarnation id is refused.
+
+Leadership follows fencing (replication comes with part 2 of the cluster work): a fenced broker
+leads nothing; each partition it led moves to another unfenced in-sync replica, or has no leader
+(-1) until an in-sync replica is unfenced again. Every change is a PartitionChangeRecord, which
+starts a new leader epoch.
+
+The time of each broker's last heartbeat is the active controller's memory, not the log: a new
+controller gives every registered broker a fresh session (Kafka's BrokerHeartbeatManager does the
+same when it becomes active).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker.metadata.image import FENCE, UNFENCE, MetadataImage
+from protocol import messages as M
+from protocol.errors import ErrorCode, KafkaError
+
+NO_LEADER = -1
+
+
+@dataclass
+class Heartbeats:
+    """When each broker was last heard of (ms), on the active controller's clock."""
+
+    last: dict[int, int] = field(default_factory=dict)
+
+    def touch(self, node_id: int, now: int) -> None:
+        self.last[node_id] = now
+
+    def expired(self, image: MetadataImage, now: int, session_timeout_ms: int) -> list[int]:
+        """The unfenced brokers not heard of for longer than the session timeout."""
+        return sorted(n for n, b in image.brokers.items()
+                      if not b.fenced and now - self.last.get(n, now) > session_timeout_ms)
+
+    def has_session(self, node_id: int, now: int, session_timeout_ms: int) -> bool:
+        last = self.last.get(node_id)
+        return last is not None and now - last <= session_timeout_ms
+
+    def start_all(self, image: MetadataImage, now: int) -> None:
+        """A new active controller: every registered broker has a fresh session."""
+        self.last = {n: now for n in image.brokers}
+
+
+@dataclass
+class Outcome:
+    records: list[Any]
+    response: Any
+
+
+def register(image: MetadataImage, heartbeats: Heartbeats, request: Any, cluster_id: str, next_offset: int,
+             now: int, session_timeout_ms: int, supported: dict[str, tuple[int, int]]) -> Outcome:
+    """BrokerRegistration: the RegisterBrokerRecord (the broker fenced, its epoch the record's
+    offset), or KafkaError with Kafka's code and message."""
+    if request.cluster_id != cluster_id:
+        raise KafkaError(ErrorCode.INCONSISTENT_CLUSTER_ID,
+                         "Expected cluster ID %s, but got cluster ID %s" % (cluster_id, request.cluster_id))
+    existing = image.brokers.get(request.broker_id)
+    if existing is not None and existing.incarnation_id != request.incarnation_id \
+            and heartbeats.has_session(request.broker_id, now, session_timeout_ms):
+        raise KafkaError(ErrorCode.DUPLICATE_BROKER_REGISTRATION, "Another broker is registered with that broker id.")
+    offered = {f.name: (f.min_supported_version, f.max_supported_version) for f in request.features or ()}
+    for name, level in sorted(image.features.items()):
+        lo, hi = offered.get(name, (0, 0))
+        if level and not lo <= level <= hi:
+            raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, "Unable to register because the broker does not support "
+                             "finalized version %d of %s. The broker wants a version between %d and %d, inclusive."
+                             % (level, name, lo, hi))
+    record = M.RegisterBrokerRecord(
+        broker_id=request.broker_id, incarnation_id=request.incarnation_id, broker_epoch=next_offset,
+        end_points=[M.RegisterBrokerRecord.BrokerEndpoint(name=li.name, host=li.host, port=li.port,
+                                                          security_protocol=li.security_protocol)
+                    for li in request.listeners or ()],
+        features=[M.RegisterBrokerRecord.BrokerFeature(name=n, min_supported_version=lo, max_supported_version=hi)
+                  for n, (lo, hi) in sorted(offered.items())],
+        rack=request.rack, fenced=True, in_controlled_shutdown=False, log_dirs=list(request.log_dirs or ()))
+    heartbeats.touch(request.broker_id, now)
+    records: list[Any] = [record]
+    if existing is not None:  # the partitions its old registration led: led by nobody until it is unfenced
+        records += leadership_after_fence(image, [request.broker_id])
+    return Outcome(records, M.BrokerRegistrationResponse(error_code=0, broker_epoch=next_offset))
+
+
+def heartbeat(image: MetadataImage, heartbeats: Heartbeats, request: Any, now: int) -> Outcome:
+    """BrokerHeartbeat: the broker's next state (Kafka's calculateNextBrokerState) as records."""
+    found = image.brokers.get(request.broker_id)
+    if found is None:
+        raise KafkaError(ErrorCode.BROKER_ID_NOT_REGISTERED,
+                         "Broker %d is not registered." % request.broker_id)
+    if found.epoch != request.broker_epoch:
+        raise KafkaError(ErrorCode.STALE_BROKER_EPOCH, "Expected broker epoch %d, but got broker epoch %d"
+                         % (found.epoch, request.broker_epoch))
+    heartbeats.touch(request.broker_id, now)
+    caught_up = request.current_metadata_offset >= found.epoch
+    records: list[Any] = []
+    fenced = found.fenced
+    shut_down = False
+    if request.want_shut_down:
+        if not found.in_controlled_shutdown:
+            records.append(M.BrokerRegistrationChangeRecord(broker_id=found.node_id, broker_epoch=found.epoch,
+                                                            fenced=FENCE if not fenced else 0,
+                                                            in_controlled_shutdown=1))
+            if not fenced:
+                records += leadership_after_fence(image, [found.node_id])
+        fenced, shut_down = True, True
+    elif fenced and caught_up and not request.want_fence:
+        records.append(M.BrokerRegistrationChangeRecord(broker_id=found.node_id, broker_epoch=found.epoch,
+                                                        fenced=UNFENCE, in_controlled_shutdown=0))
+        records += leadership_after_unfence(image, found.node_id)
+        fenced = False
+    elif not fenced and request.want_fence:
+        records += fence(image, [found.node_id])
+        fenced = True
+    return Outcome(records, M.BrokerHeartbeatResponse(error_code=0, is_caught_up=caught_up, is_fenced=fenced,
+                                                      should_shut_down=shut_down))
+
+
+def fence(image: MetadataImage, node_ids: Iterable[int]) -> list[Any]:
+    """Fence brokers (missed heartbeats, or asked): a BrokerRegistrationChangeRecord each, then
+    the leadership changes."""
+    ids = [n for n in node_ids if n in image.brokers and not image.brokers[n].fenced]
+    records: list[Any] = [M.BrokerRegistrationChangeRecord(broker_id=n, broker_epoch=image.brokers[n].epoch,
+                                                           fenced=FENCE, in_controlled_shutdown=0) for n in ids]
+    return records + leadership_after_fence(image, ids)
+
+
+def _usable(image: MetadataImage, node_id: int, gone: set[int]) -> bool:
+    b = image.brokers.get(node_id)
+    return b is not None and not b.fenced and node_id not in gone
+
+
+def leadership_after_fence(image: MetadataImage, node_ids: Iterable[int]) -> list[Any]:
+    """Each partition led by one of `node_ids` gets another unfenced in-sync replica as leader,
+    or none."""
+    gone = set(node_ids)
+    records: list[Any] = []
+    for topic in sorted(image.topics.values(), key=lambda t: t.name):
+        for index, a in sorted(topic.assignments.items()):
+            if a.leader not in gone:
+                continue
+            leader = next((r for r in a.isr if _usable(image, r, gone)), NO_LEADER)
+            records.append(M.PartitionChangeRecord(topic_id=topic.topic_id, partition_id=index, leader=leader,
+                                                   isr=None))
+    return records
+
+
+def leadership_after_unfence(image: MetadataImage, node_id: int) -> list[Any]:
+    """Partitions without a leader that have the unfenced broker in sync get it as leader."""
+    records: list[Any] = []
+    for topic in sorted(image.topics.values(), key=lambda t: t.name):
+        for index, a in sorted(topic.assignments.items()):
+            if a.leader == NO_LEADER and node_id in a.isr:
+                records.append(M.PartitionChangeRecord(topic_id=topic.topic_id, partition_id=index, leader=node_id,
+                                                       isr=None))
+    return records
+
+
+def incarnation() -> uuid.UUID:
+    """A process's incarnation id: new at every start."""
+    return uuid.uuid4()

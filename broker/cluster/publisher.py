@@ -1,0 +1,164 @@
+"""What a node does when its metadata changes in cluster mode (Kafka's metadata publishers).
+
+Every node replays the same metadata log; this makes the node's own state follow it, in the order
+the records came, one change after the other:
+
+- a topic's partitions this node is a replica of get a local log (the others it does not store);
+  the partitions it leads take the leader epoch of the metadata; a deleted topic's logs go;
+- the coordinators' internal partitions (__consumer_offsets, __transaction_state,
+  __share_group_state) are loaded where this node leads them and unloaded where it no longer does
+  (Kafka's "load the partition and replay");
+- topic configs reach their logs, broker configs the broker's defaults, group configs the live
+  groups; the group coordinator hears of created, deleted and grown topics (subscriptions).
+
+A replaced image (a snapshot loaded, the image reloaded after a failed append) is reconciled as a
+whole.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any, Protocol
+
+from broker.metadata import RESOURCE_BROKER, RESOURCE_GROUP, RESOURCE_TOPIC, MetadataImage, TopicInfo
+from broker.observability.logger import get_logger
+from protocol import messages as M
+
+log = get_logger("broker.cluster")
+
+
+class LocalNode(Protocol):
+    """What the publisher changes of the broker (broker.app.Broker)."""
+
+    node_id: int
+
+    def image(self) -> MetadataImage: ...
+
+    def host_partition(self, info: TopicInfo, index: int, leader_epoch: int | None) -> None:
+        """Make sure the partition has a local log; lead it at `leader_epoch` (None: not the leader)."""
+
+    async def drop_topic(self, name: str, topic_id: uuid.UUID) -> None:
+        """The topic is gone: its local logs and what refers to it."""
+
+    def local_topics(self) -> dict[str, uuid.UUID]:
+        """The topics this node has logs of."""
+
+    async def coordinator_partition(self, topic: str, index: int, lead: bool) -> None:
+        """Load (lead) or unload the coordinator shard of an internal partition."""
+
+    async def topics_changed(self, created: set[str], deleted: set[str], changed: set[str]) -> None: ...
+
+    def topic_configs_changed(self, name: str) -> None: ...
+
+    def broker_configs_changed(self) -> None: ...
+
+    def group_configs_changed(self, group_id: str) -> None: ...
+
+
+INTERNAL = ("__consumer_offsets", "__transaction_state", "__share_group_state")
+
+
+class MetadataPublisher:
+    def __init__(self, node: LocalNode) -> None:
+        self.node = node
+        self._queue: asyncio.Queue[list[Any] | None] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._names: dict[uuid.UUID, str] = {}  # topic ids seen, for RemoveTopicRecord
+
+    def __call__(self, records: list[Any] | None) -> None:
+        """A MetadataStore listener: queue the change (applied in order, on the event loop)."""
+        for r in records or ():
+            if isinstance(r, M.TopicRecord):
+                self._names[r.topic_id] = r.name
+        self._queue.put_nowait(None if records is None else list(records))
+        self._idle.clear()
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="metadata-publisher")
+
+    async def settled(self) -> None:
+        """Until every queued change is applied."""
+        await self._idle.wait()
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _run(self) -> None:
+        while not self._queue.empty():
+            records = self._queue.get_nowait()
+            try:
+                if records is None:
+                    await self.reconcile_all()
+                else:
+                    await self.apply(records)
+            except Exception:
+                log.exception("applying a metadata change failed")
+        self._idle.set()
+
+    async def apply(self, records: list[Any]) -> None:
+        image = self.node.image()
+        created: set[str] = set()
+        changed: set[str] = set()
+        deleted: dict[str, uuid.UUID] = {}
+        groups: set[str] = set()
+        topic_configs: set[str] = set()
+        broker_configs = False
+        for r in records:
+            if isinstance(r, M.TopicRecord):
+                created.add(r.name)
+            elif isinstance(r, (M.PartitionRecord, M.PartitionChangeRecord)):
+                info = image.topics_by_id.get(r.topic_id)
+                if info is not None and info.name not in created:
+                    changed.add(info.name)
+            elif isinstance(r, M.RemoveTopicRecord):
+                name = self._names.pop(r.topic_id, None)
+                if name is not None:
+                    deleted[name] = r.topic_id
+                    created.discard(name)
+                    changed.discard(name)
+            elif isinstance(r, M.ConfigRecord):
+                if r.resource_type == RESOURCE_TOPIC:
+                    topic_configs.add(r.resource_name)
+                elif r.resource_type == RESOURCE_BROKER:
+                    broker_configs = True
+                elif r.resource_type == RESOURCE_GROUP:
+                    groups.add(r.resource_name)
+        if broker_configs:
+            self.node.broker_configs_changed()
+        for name, topic_id in deleted.items():
+            await self.node.drop_topic(name, topic_id)
+        for name in sorted(created | changed):
+            info = image.topics.get(name)
+            if info is not None:
+                await self._follow_topic(info)
+        for name in topic_configs - set(deleted):
+            self.node.topic_configs_changed(name)
+        for group_id in groups:
+            self.node.group_configs_changed(group_id)
+        if created or deleted or changed:
+            await self.node.topics_changed(created, set(deleted), changed)
+
+    async def reconcile_all(self) -> None:
+        image = self.node.image()
+        self._names = {t.topic_id: t.name for t in image.topics.values()}
+        for name, topic_id in self.node.local_topics().items():
+            info = image.topics.get(name)
+            if info is None or info.topic_id != topic_id:
+                await self.node.drop_topic(name, topic_id)
+        self.node.broker_configs_changed()
+        for info in list(image.topics.values()):
+            await self._follow_topic(info)
+            self.node.topic_configs_changed(info.name)
+        await self.node.topics_changed(set(image.topics), set(), set())
+
+    async def _follow_topic(self, info: TopicInfo) -> None:
+        me = self.node.node_id
+        for index, a in sorted(info.assignments.items()):
+            if me in a.replicas:
+                self.node.host_partition(info, index, a.leader_epoch if a.leader == me else None)
+            if info.name in INTERNAL:
+                await self.node.coordinator_partition(info.name, index, a.leader == me)
