@@ -231,7 +231,7 @@ class Partition:
         """The offset below which every record is on every in-sync replica: consumers read below
         it. A leader alone (a single node) has it at its log end offset after every append."""
         log = self.log
-        if self.followers is None and self.role is Role.LEADER:
+        if self.leads_alone:
             return log.log_end_offset
         return max(log.log_start_offset, min(self._high_watermark, log.log_end_offset))
 
@@ -397,6 +397,12 @@ class Partition:
             self._waiters.clear()
 
     # replication: the leader side -------------------------------------------------------------
+    @property
+    def leads_alone(self) -> bool:
+        """A leader without followers (a single node, a replication factor of 1): what it
+        appends is committed at once."""
+        return self.followers is None and self.role is Role.LEADER
+
     def min_insync_replicas(self) -> int:
         """Kafka's effectiveMinIsr: min.insync.replicas, at most the number of replicas."""
         if self.followers is None:
@@ -434,14 +440,15 @@ class Partition:
         outcome = self._produce_outcome(required_offset)
         if outcome is not None:
             return outcome
-        delayed = _DelayedProduce(required_offset, asyncio.get_running_loop().create_future())
+        loop = asyncio.get_running_loop()
+        delayed = _DelayedProduce(required_offset, loop.create_future())
         self._delayed_produces.append(delayed)
+        # a timer, not asyncio.timeout: request handlers need not run as tasks of their own
+        expiry = loop.call_later(timeout_s, _expire, delayed.future)
         try:
-            async with asyncio.timeout(timeout_s):
-                return await asyncio.shield(delayed.future)
-        except TimeoutError:
-            return ErrorCode.REQUEST_TIMED_OUT
+            return await delayed.future
         finally:
+            expiry.cancel()
             if delayed in self._delayed_produces:
                 self._delayed_produces.remove(delayed)
 
@@ -648,6 +655,11 @@ class Partition:
                     segment.txn_index.append(AbortedTxn(header.producer_id, completed.first_offset,
                                                         completed.last_offset, producers.last_stable_offset(completed)))
         self.log.recovered_from = None
+
+
+def _expire(future: asyncio.Future[ErrorCode]) -> None:
+    if not future.done():
+        future.set_result(ErrorCode.REQUEST_TIMED_OUT)
 
 
 def _marker(batch: bytes) -> tuple[bool, int] | None:
