@@ -684,6 +684,11 @@ class PartitionManager:
     def __init__(self, logs: LogManager) -> None:
         self.logs = logs
         self.partitions: dict[tuple[str, int], Partition] = {}
+        # what each partition needs to lead followers (cluster mode sets them)
+        self.local_id = -1
+        self.replica_lag_time_max_ms = REPLICA_LAG_TIME_MAX_MS
+        self.broker_statuses: BrokerStatuses | None = None
+        self.alter_partition: AlterPartitionSubmitter | None = None
 
     def get(self, topic: str, index: int) -> Partition | None:
         return self.partitions.get((topic, index))
@@ -693,6 +698,8 @@ class PartitionManager:
         if partition is None:
             log = self.logs.get_or_create_log(topic, index, config)
             partition = Partition(topic, index, topic_id, log)
+            partition.local_id, partition.replica_lag_time_max_ms = self.local_id, self.replica_lag_time_max_ms
+            partition.broker_statuses, partition.alter_partition = self.broker_statuses, self.alter_partition
             partition.rebuild_producer_state()
             log.release_handles()  # the scan opened every segment: a broker start must not keep them
             self.partitions[(topic, index)] = partition
@@ -702,6 +709,12 @@ class PartitionManager:
         """producer.id.expiration.ms: forget idempotent producers idle that long."""
         for partition in self.partitions.values():
             partition.producers.remove_expired(now_ms, expiration_ms)
+
+    def maybe_shrink_isrs(self) -> None:
+        """Kafka's isr-expiration task: each partition led with followers drops the lagging ones."""
+        for partition in list(self.partitions.values()):
+            if partition.followers is not None and not partition.deleted:
+                partition.maybe_shrink_isr()
 
     def take_snapshots(self) -> None:
         """Clean shutdown: a producer snapshot at the log end of every partition, so that the
