@@ -32,7 +32,7 @@ pytestmark = pytest.mark.timeout(60)
 E = ErrorCode
 
 
-def lead(bt: BrokerThread, topic: str, replicas: list[int], isr: list[int], epoch: int = 1,
+def lead(bt: BrokerThread, topic: str, replicas: list[int], isr: list[int], epoch: int = 0,
          statuses: dict[int, BrokerStatus] | None = None, min_isr: int | None = None) -> None:
     async def change() -> None:
         p = bt.broker.partitions.get(topic, 0)
