@@ -89,6 +89,8 @@ class Broker:
         self.group_configs = GroupConfigs(
             self.config.get, lambda group_id: self.metadata.image.resource_configs[RESOURCE_GROUP].get(group_id, {}))
         self.partitions = PartitionManager(self.logs)
+        self.partitions.local_id = self.node_id
+        self.partitions.replica_lag_time_max_ms = int(config["replica.lag.time.max.ms"])
         self.log_dir_mover = LogDirMover(self.logs, self.partitions)
         self.cleaner = LogCleaner()
         self.server = KafkaServer(self, int(config["socket.request.max.bytes"]), int(config["connections.max.idle.ms"]))
@@ -156,6 +158,7 @@ class Broker:
             self.metadata = ClusterMetadataStore(LogMetadataLog(metadata_log), self.node_id)  # its log: etcd
             directory_id = read_properties(Path(self.config.log_dirs[0]) / "meta.properties").get("directory.id", "")
             await self.cluster.start(self.metadata, directory_id)  # caught up with the metadata in etcd
+            self.cluster.lead_followers(self.partitions)  # ISR changes to the controller, brokers' epochs
         else:
             self.metadata = MetadataStore(LogMetadataLog(metadata_log), self.node_id)
             self.quorum_epoch = await asyncio.to_thread(start_new_epoch, metadata_log.dir, self.node_id)
@@ -441,6 +444,10 @@ class Broker:
         self._tasks.append(loop.create_task(self._every(idle_s, OPEN_FILES.close_idle, False)))
         # producer state belongs to the event loop thread: this one runs there
         self._tasks.append(loop.create_task(self._every(PRODUCER_EXPIRATION_CHECK_S, self._expire_producers, False)))
+        if self.cluster is not None:
+            # Kafka's isr-expiration task, every half of replica.lag.time.max.ms, on the event loop
+            lag_s = int(self.config["replica.lag.time.max.ms"]) / 2000.0
+            self._tasks.append(loop.create_task(self._every(lag_s, self.partitions.maybe_shrink_isrs, False)))
 
     async def _every(self, interval: float, job: Callable[[], Any], in_thread: bool = True) -> None:
         while True:

@@ -132,6 +132,8 @@ _PROPS: list[Prop] = [
     Prop("min.insync.replicas", "int", 1, "Replicas that must acknowledge an acks=all write (topic: min.insync.replicas).",
          False),
     Prop("unclean.leader.election.enable", "boolean", False, "Allow out-of-sync replicas to become leader.", False),
+    Prop("replica.lag.time.max.ms", "long", 30000,
+         "A follower not caught up with its leader for this long leaves the ISR."),
     Prop("log.local.retention.ms", "long", -2, "Local retention with tiered storage; -2 follows retention.ms.", False),
     Prop("log.local.retention.bytes", "long", -2, "Local retention with tiered storage; -2 follows retention.bytes.",
          False),

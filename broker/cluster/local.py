@@ -8,6 +8,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from broker.cluster.alter_partition import ALTER_PARTITION, ALTER_PARTITION_VERSION, AlterPartitionManager
 from broker.cluster.metadata_sync import ClusterMetadataStore
 from broker.cluster.node import ClusterNode, ClusterSettings
 from broker.cluster.producer_ids import ProducerIdBlocks
@@ -18,6 +19,7 @@ from broker.metadata import MetadataImage, TopicInfo
 from broker.metadata.image import INTERNAL_TOPICS, OFFSETS_TOPIC, SHARE_STATE_TOPIC, TRANSACTION_STATE_TOPIC
 from broker.metadata.quorum import QuorumState, Replica
 from broker.observability.logger import get_logger
+from broker.partition.replica import BrokerStatus
 from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
 
@@ -95,6 +97,7 @@ class ClusterMode(LocalBroker):
         self.node = ClusterNode(settings, broker.node_id, metadata_dir)
         self.publisher = MetadataPublisher(self)
         self.producer_ids: ProducerIdBlocks | None = None
+        self.alter_partition: AlterPartitionManager | None = None
         self.metadata_dir = metadata_dir
 
     @classmethod
@@ -138,7 +141,28 @@ class ClusterMode(LocalBroker):
             listeners.append((a.name.upper(), host, port, SECURITY_PROTOCOLS.get(protocol, 0)))
         self.node.start_lifecycle(listeners)
 
+    def lead_followers(self, partitions: Any) -> None:
+        """What the partitions this node leads need of the cluster: the brokers' epochs and states
+        (KIP-903, ISR eligibility) and the AlterPartition manager their ISR changes go through."""
+        node = self.node
+
+        def status(broker_id: int) -> BrokerStatus | None:
+            found = self.image().brokers.get(broker_id)
+            if found is None:
+                return None
+            return BrokerStatus(None if found.fenced else found.epoch, found.fenced, found.in_controlled_shutdown)
+
+        async def send(request: M.AlterPartitionRequest) -> M.AlterPartitionResponse:
+            controller: Any = node.controller
+            return await node.to_controller(ALTER_PARTITION, ALTER_PARTITION_VERSION, request,
+                                            lambda r: controller.alter_partition(r))  # type: ignore[no-any-return]
+
+        self.alter_partition = AlterPartitionManager(self.node_id, lambda: node.broker_epoch, send)
+        partitions.broker_statuses, partitions.alter_partition = status, self.alter_partition
+
     async def stop(self, clean: bool) -> None:
+        if self.alter_partition is not None:
+            self.alter_partition.stop()
         if self.producer_ids is not None:
             self.producer_ids.stop()
         await self.node.stop(clean)
