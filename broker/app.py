@@ -62,6 +62,7 @@ log = get_logger("broker")
 
 METADATA_TOPIC = "__cluster_metadata"
 PRODUCER_EXPIRATION_CHECK_S = 600.0  # Kafka's producer.id.expiration.check.interval.ms default
+TXN_WRITE_TIMEOUT_MS = 30000  # the transaction log's appends wait as long as Kafka's request.timeout.ms
 
 
 class Broker:
@@ -220,7 +221,7 @@ class Broker:
             return s.share_session_timeout_ms, s.share_heartbeat_interval_ms
 
         self.group_coordinator = create_group_coordinator(
-            self._internal_writer(OFFSETS_TOPIC, self._offsets_log_config), values, AsyncioClock(),
+            self._internal_writer(OFFSETS_TOPIC, self._offsets_log_config, int(self.config["offsets.commit.timeout.ms"])), values, AsyncioClock(),
             metadata=self.metadata, consumer_session_settings=consumer_sessions, share_session_settings=share_sessions,
         )
         await self.group_coordinator.start(load=self.cluster is None)  # a node of a cluster: where it leads
@@ -241,7 +242,7 @@ class Broker:
         values["transaction.state.log.num.partitions"] = self._internal_partitions(
             TRANSACTION_STATE_TOPIC, "transaction.state.log.num.partitions")
         self.txn_coordinator = create_transaction_coordinator(
-            self._internal_writer(TRANSACTION_STATE_TOPIC, self._transaction_log_config), values, AsyncioClock(),
+            self._internal_writer(TRANSACTION_STATE_TOPIC, self._transaction_log_config, TXN_WRITE_TIMEOUT_MS), values, AsyncioClock(),
             self._marker_writer(PartitionMarkerWriter(self.partitions.get, {OFFSETS_TOPIC: self._offsets_marker})),
             self.metadata.allocate_producer_id,
             lambda: self.metadata.feature_level(TRANSACTION_VERSION),
@@ -277,8 +278,10 @@ class Broker:
         info = self.metadata.topic(topic)
         return info.partitions if info is not None else int(self.config[config_key])
 
-    def _internal_writer(self, topic: str, log_config: Callable[[], LogConfig]) -> LogPartitionWriter:
-        """A coordinator's PartitionWriter over the logs `<topic>-N` (created on first write)."""
+    def _internal_writer(self, topic: str, log_config: Callable[[], LogConfig], write_timeout_ms: int
+                         ) -> LogPartitionWriter:
+        """A coordinator's PartitionWriter over the logs `<topic>-N` (created on first write); a write
+        to a replicated partition counts once committed, failing after `write_timeout_ms`."""
 
         def log_for(index: int) -> Log:
             partition = self.partitions.get(topic, index)
@@ -294,7 +297,8 @@ class Broker:
         def existing_log(index: int) -> Log | None:
             return self.logs.get_log(topic, index)
 
-        return LogPartitionWriter(log_for, on_append, existing_log, lambda index: self.partitions.get(topic, index))
+        return LogPartitionWriter(log_for, on_append, existing_log, lambda index: self.partitions.get(topic, index),
+                                  write_timeout_ms)
 
     def _share_state_log_config(self) -> LogConfig:
         """Kafka's __share_group_state: deleted by pruning, never by retention."""
@@ -316,7 +320,8 @@ class Broker:
         values = {key: self.config[key] for key in SHARE_COORDINATOR_KEYS}
         values["share.coordinator.state.topic.num.partitions"] = self._internal_partitions(
             SHARE_STATE_TOPIC, "share.coordinator.state.topic.num.partitions")
-        writer = self._internal_writer(SHARE_STATE_TOPIC, self._share_state_log_config)
+        writer = self._internal_writer(SHARE_STATE_TOPIC, self._share_state_log_config,
+                                     int(self.config["share.coordinator.write.timeout.ms"]))
 
         def log_for(index: int) -> Log:
             partition = self.partitions.get(SHARE_STATE_TOPIC, index)

@@ -143,6 +143,9 @@ _PROPS: list[Prop] = [
     Prop("offsets.topic.segment.bytes", "int", 104857600, "Segment size of __consumer_offsets."),
     Prop("offsets.retention.minutes", "int", 10080, "Retention of committed offsets of empty groups."),
     Prop("offsets.retention.check.interval.ms", "long", 600000, "How often expired offsets are swept."),
+    Prop("offsets.commit.timeout.ms", "int", 5000,
+         "How long a group coordinator write (a commit, a join) waits for its records to be replicated "
+         "to every in-sync replica before it fails (COORDINATOR_NOT_AVAILABLE)."),
     Prop("offset.metadata.max.bytes", "int", 4096, "Largest metadata string of a committed offset."),
     Prop("group.initial.rebalance.delay.ms", "int", 3000, "Delay of the first rebalance of a new group."),
     Prop("group.min.session.timeout.ms", "int", 6000, "Smallest session timeout a member may ask for."),
@@ -196,6 +199,8 @@ _PROPS: list[Prop] = [
     Prop("share.coordinator.state.topic.segment.bytes", "int", 104857600, "Segment size of __share_group_state."),
     Prop("share.coordinator.snapshot.update.records.per.snapshot", "int", 500,
          "ShareUpdate records of a share-partition between two ShareSnapshot records."),
+    Prop("share.coordinator.write.timeout.ms", "int", 5000,
+         "How long a share coordinator write waits for its records to be replicated to every in-sync replica."),
     Prop("share.coordinator.state.topic.prune.interval.ms", "long", 300000,
          "How often records superseded by newer snapshots are removed from __share_group_state."),
     Prop("errors.deadletterqueue.topic.name.prefix", "string", "dlq.",
