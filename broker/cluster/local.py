@@ -159,6 +159,7 @@ class ClusterMode(LocalBroker):
 
         self.alter_partition = AlterPartitionManager(self.node_id, lambda: node.broker_epoch, send)
         partitions.broker_statuses, partitions.alter_partition = status, self.alter_partition
+        partitions.logs.high_watermarks = partitions.high_watermark_of  # replication-offset-checkpoint
 
     async def stop(self, clean: bool) -> None:
         if self.alter_partition is not None:

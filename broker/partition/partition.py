@@ -158,6 +158,7 @@ class Partition:
         # the stored high watermark, used while `followers` is set and while following (the
         # follower side keeps it as min(leader's, own log end))
         self._high_watermark = 0
+        self._restored = True  # until the metadata gives it a role: `_high_watermark` is the checkpoint's
         self._delayed_produces: list[_DelayedProduce] = []
 
     def __repr__(self) -> str:
@@ -189,7 +190,7 @@ class Partition:
         if partition_epoch < self.partition_epoch:
             return
         now = self.log.time()
-        hw = self.high_watermark
+        hw = self._initial_high_watermark()
         new_leader = self.role is not Role.LEADER or self._led_epoch < 0
         new_epoch = epoch > self._led_epoch
         self.become_leader(epoch)
@@ -217,7 +218,7 @@ class Partition:
                       isr: list[int]) -> None:
         """Follow `leader` (-1: none yet) in `epoch`, as the metadata says (cluster mode). The
         log's epoch cache learns the leader's epochs from the batches it copies."""
-        self._high_watermark = self.high_watermark  # kept from leading (the follower side moves it on)
+        self._high_watermark = self._initial_high_watermark()  # the follower side moves it on
         self.followers = None
         self._led_epoch = -1
         self.isr_state = IsrState(tuple(isr))
@@ -225,6 +226,15 @@ class Partition:
         self.log.leader_epoch = max(self.log.leader_epoch, epoch)
         self._complete_delayed_produces()  # acks=all produces waiting here: NOT_LEADER_OR_FOLLOWER
         self.partition_epoch, self.replicas, self.isr = partition_epoch, list(replicas), list(isr)
+
+    def _initial_high_watermark(self) -> int:
+        """The high watermark a new role starts from: the one kept so far, or at the first role of
+        this process the checkpointed one (replication-offset-checkpoint; 0 when none, as Kafka),
+        so that records a crashed leader had not replicated stay hidden until they are."""
+        if self._restored:
+            self._restored = False
+            return max(self.log.log_start_offset, min(self._high_watermark, self.log.log_end_offset))
+        return self.high_watermark
 
     @property
     def high_watermark(self) -> int:
@@ -700,6 +710,7 @@ class PartitionManager:
             partition = Partition(topic, index, topic_id, log)
             partition.local_id, partition.replica_lag_time_max_ms = self.local_id, self.replica_lag_time_max_ms
             partition.broker_statuses, partition.alter_partition = self.broker_statuses, self.alter_partition
+            partition._high_watermark = self.logs.checkpointed_high_watermarks.get((topic, index), 0)
             partition.rebuild_producer_state()
             log.release_handles()  # the scan opened every segment: a broker start must not keep them
             self.partitions[(topic, index)] = partition
@@ -709,6 +720,11 @@ class PartitionManager:
         """producer.id.expiration.ms: forget idempotent producers idle that long."""
         for partition in self.partitions.values():
             partition.producers.remove_expired(now_ms, expiration_ms)
+
+    def high_watermark_of(self, tp: tuple[str, int]) -> int | None:
+        """For replication-offset-checkpoint: a replicated partition's high watermark."""
+        partition = self.partitions.get(tp)
+        return None if partition is None or partition.deleted else partition.high_watermark
 
     def maybe_shrink_isrs(self) -> None:
         """Kafka's isr-expiration task: each partition led with followers drops the lagging ones."""

@@ -214,3 +214,38 @@ async def test_a_diverging_follower_is_told_where_to_truncate(tmp_path, clock):
     with pytest.raises(KafkaError) as e:
         p.follower_fetch(2, 7, 5, 6, 0, 9)
     assert e.value.code == ErrorCode.OFFSET_OUT_OF_RANGE
+
+
+async def test_a_restarted_leader_starts_from_its_checkpointed_high_watermark(tmp_path, clock):
+    """After a crash the records the leader had not replicated stay hidden (Kafka keeps the high
+    watermark in replication-offset-checkpoint; without one it starts at 0)."""
+    log = create_log(str(tmp_path), "t", 0, LogConfig(), time=clock)
+    p = Partition("t", 0, uuid.uuid4(), log)
+    await p.append(batch(5))
+    assert p.high_watermark == 5  # alone, before the metadata says otherwise
+    p._high_watermark = 2  # what PartitionManager.ensure takes from the checkpoint
+    p.local_id, p.alter_partition = 1, FakeAlterPartition()
+    p.make_leader(3, 5, [1, 2], [1, 2])
+    assert p.high_watermark == 2
+    fetch(p, 2, 5)
+    assert p.high_watermark == 5
+
+
+async def test_the_log_manager_keeps_high_watermarks_across_a_restart(tmp_path, clock):
+    from broker.log import LogManager
+    from broker.partition import PartitionManager
+
+    logs = LogManager([str(tmp_path)], time=clock)
+    logs.startup()
+    partitions = PartitionManager(logs)
+    p = partitions.ensure("t", 0, uuid.uuid4())
+    await p.append(batch(4))
+    logs.high_watermarks = partitions.high_watermark_of
+    logs.checkpoint()
+    assert (tmp_path / "replication-offset-checkpoint").read_text().splitlines() == ["0", "1", "t 0 4"]
+    logs.shutdown()
+    again = LogManager([str(tmp_path)], time=clock)
+    again.startup()
+    assert again.checkpointed_high_watermarks == {("t", 0): 4}
+    assert PartitionManager(again).ensure("t", 0, uuid.uuid4())._high_watermark == 4
+    again.shutdown()
