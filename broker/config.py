@@ -233,6 +233,14 @@ _PROPS: list[Prop] = [
     Prop("broker.session.timeout.ms", "int", 9000,
          "A broker whose heartbeats to the controller stop for this long is fenced."),
     Prop("broker.heartbeat.interval.ms", "int", 2000, "How often a broker heartbeats to the controller."),
+    Prop("auto.leader.rebalance.enable", "boolean", True,
+         "The controller moves leaderships back to each partition's preferred replica (its first) when it "
+         "is in sync, every leader.imbalance.check.interval.seconds."),
+    Prop("leader.imbalance.check.interval.seconds", "long", 300,
+         "How often the controller looks for partitions not led by their preferred replica."),
+    Prop("leader.imbalance.per.broker.percentage", "int", 10,
+         "Kafka's ZooKeeper-era threshold, kept for its name: a KRaft controller (and this one) rebalances "
+         "every imbalanced partition."),
     Prop("metadata.log.max.record.bytes.between.snapshots", "int", 20971520,
          "The controller writes a snapshot of the metadata to etcd after this many bytes of records, and "
          "deletes the log behind it."),
