@@ -20,7 +20,18 @@ from confluent_kafka.admin import AdminClient
 from protocol import messages as M
 from protocol.errors import ErrorCode
 from tests.cluster.harness import ProcessCluster
-from tests.cluster.nodes import call, create_topic, metadata, need_etcd, roles, start_cluster, wait_live
+from tests.cluster.nodes import (
+    GROUP,
+    TRANSACTION,
+    call,
+    coordinator,
+    create_topic,
+    metadata,
+    need_etcd,
+    roles,
+    start_cluster,
+    wait_live,
+)
 from tests.harness import wait_for
 
 TOPIC, PARTITIONS = "replicated", 3
@@ -141,3 +152,25 @@ def test_kill_9_of_a_leader_then_preferred_election_through_alter_partition(fres
     final = agreed(fresh, everyone, TOPIC, lambda v: all(v[i][0] == replicas[i][0] for i in led))
     print("preferred leaders back after AlterPartition and ElectLeaders: %s" % final)
 
+
+
+@pytest.mark.timeout(90)
+def test_internal_topics_are_replicated_with_kafkas_defaults_capped_by_live_brokers(tmp_path: Path) -> None:
+    """offsets.topic.replication.factor unset: Kafka's 3 (three live brokers here), every replica
+    in sync; transaction.state.log.replication.factor set: as set."""
+    need_etcd()
+    cluster = start_cluster(tmp_path / "cluster", overrides={"transaction.state.log.replication.factor": "2",
+                                                             "transaction.state.log.num.partitions": "3",
+                                                             "offsets.topic.num.partitions": "3"})
+    try:
+        port = cluster.node(1).port
+        coordinator(port, GROUP, "a-group")
+        coordinator(port, TRANSACTION, "a-transaction")
+        for topic, factor in (("__consumer_offsets", 3), ("__transaction_state", 2)):
+            found = partitions(port, topic)
+            assert len(found) == 3
+            for p in found.values():
+                assert len(p.replica_nodes) == factor and sorted(p.isr_nodes) == sorted(p.replica_nodes), (topic, p)
+                assert p.leader_id == p.replica_nodes[0]
+    finally:
+        cluster.stop()
