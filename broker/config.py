@@ -139,7 +139,7 @@ _PROPS: list[Prop] = [
          False),
     # coordinators
     Prop("offsets.topic.num.partitions", "int", 50, "Partitions of __consumer_offsets."),
-    Prop("offsets.topic.replication.factor", "short", 1, "Replication factor of __consumer_offsets (Kafka: 3)."),
+    Prop("offsets.topic.replication.factor", "short", 1, "Replication factor of __consumer_offsets (Kafka: 3; unset in a cluster: 3 at most the live brokers)."),
     Prop("offsets.topic.segment.bytes", "int", 104857600, "Segment size of __consumer_offsets."),
     Prop("offsets.retention.minutes", "int", 10080, "Retention of committed offsets of empty groups."),
     Prop("offsets.retention.check.interval.ms", "long", 600000, "How often expired offsets are swept."),
@@ -197,6 +197,8 @@ _PROPS: list[Prop] = [
     Prop("group.share.max.share.sessions", "int", 2000, "Share sessions this broker keeps."),
     Prop("share.coordinator.state.topic.num.partitions", "int", 50, "Partitions of __share_group_state."),
     Prop("share.coordinator.state.topic.segment.bytes", "int", 104857600, "Segment size of __share_group_state."),
+    Prop("share.coordinator.state.topic.replication.factor", "short", 1,
+         "Replication factor of __share_group_state (Kafka: 3; unset in a cluster: 3 at most the live brokers)."),
     Prop("share.coordinator.snapshot.update.records.per.snapshot", "int", 500,
          "ShareUpdate records of a share-partition between two ShareSnapshot records."),
     Prop("share.coordinator.write.timeout.ms", "int", 5000,
@@ -209,6 +211,8 @@ _PROPS: list[Prop] = [
          "Create a share group's dead-letter queue topic when it does not exist (KIP-1191)."),
     Prop("transaction.state.log.num.partitions", "int", 50, "Partitions of __transaction_state."),
     Prop("transaction.state.log.segment.bytes", "int", 104857600, "Segment size of __transaction_state."),
+    Prop("transaction.state.log.replication.factor", "short", 1,
+         "Replication factor of __transaction_state (Kafka: 3; unset in a cluster: 3 at most the live brokers)."),
     Prop("transactional.id.expiration.ms", "int", 604800000, "Expiry of idle transactional ids."),
     Prop("transaction.max.timeout.ms", "int", 900000, "Largest transaction timeout."),
     Prop("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000,
@@ -240,6 +244,14 @@ _PROPS: list[Prop] = [
     Prop("broker.session.timeout.ms", "int", 9000,
          "A broker whose heartbeats to the controller stop for this long is fenced."),
     Prop("broker.heartbeat.interval.ms", "int", 2000, "How often a broker heartbeats to the controller."),
+    Prop("auto.leader.rebalance.enable", "boolean", True,
+         "The controller moves leaderships back to each partition's preferred replica (its first) when it "
+         "is in sync, every leader.imbalance.check.interval.seconds."),
+    Prop("leader.imbalance.check.interval.seconds", "long", 300,
+         "How often the controller looks for partitions not led by their preferred replica."),
+    Prop("leader.imbalance.per.broker.percentage", "int", 10,
+         "Kafka's ZooKeeper-era threshold, kept for its name: a KRaft controller (and this one) rebalances "
+         "every imbalanced partition."),
     Prop("metadata.log.max.record.bytes.between.snapshots", "int", 20971520,
          "The controller writes a snapshot of the metadata to etcd after this many bytes of records, and "
          "deletes the log behind it."),

@@ -71,6 +71,9 @@ class ClusterSettings:
     static_min_insync_replicas: int
     # how this node connects to the others' inter-broker listener (TLS, SASL); None: plain TCP
     inter_broker_security: InterBrokerSecurity | None = None
+    unclean_leader_election: bool = False  # unclean.leader.election.enable
+    auto_leader_rebalance: bool = True  # auto.leader.rebalance.enable
+    leader_imbalance_check_interval_ms: int = 300_000  # leader.imbalance.check.interval.seconds
 
     @classmethod
     def from_config(cls, config: Any, inter_broker_listener: str) -> ClusterSettings:
@@ -81,7 +84,9 @@ class ClusterSettings:
                    int(config["broker.session.timeout.ms"]), int(config["broker.heartbeat.interval.ms"]),
                    inter_broker_listener, config["broker.rack"],
                    int(config["metadata.log.max.record.bytes.between.snapshots"]),
-                   config.static_min_insync_replicas, inter_broker_security(config, inter_broker_listener))
+                   config.static_min_insync_replicas, inter_broker_security(config, inter_broker_listener),
+                   bool(config["unclean.leader.election.enable"]), bool(config["auto.leader.rebalance.enable"]),
+                   int(config["leader.imbalance.check.interval.seconds"]) * 1000)
 
 
 class ClusterNode:
@@ -163,7 +168,10 @@ class ClusterNode:
         self.controller = ActiveController(
             self.node_id, store, self.clog, self.loader, self.mlog,
             ControllerSettings(self.cluster_id, self.settings.session_timeout_ms, self.settings.heartbeat_interval_ms,
-                               self.settings.snapshot_bytes, self.settings.static_min_insync_replicas),
+                               self.settings.snapshot_bytes, self.settings.static_min_insync_replicas,
+                               static_unclean_leader_election=self.settings.unclean_leader_election,
+                               auto_leader_rebalance=self.settings.auto_leader_rebalance,
+                               leader_imbalance_check_interval_ms=self.settings.leader_imbalance_check_interval_ms),
             self.clock_ms)
         self.election = ControllerElection(self.etcd, keys, self.node_id, self.session)
         self.election.listeners.append(self._controller_changed)
