@@ -155,7 +155,7 @@ class ClusterMode(LocalBroker):
         async def send(request: M.AlterPartitionRequest) -> M.AlterPartitionResponse:
             controller: Any = node.controller
             return await node.to_controller(ALTER_PARTITION, ALTER_PARTITION_VERSION, request,
-                                            lambda r: controller.alter_partition(r))  # type: ignore[no-any-return]
+                                            lambda r: controller.alter_partition(r, ALTER_PARTITION_VERSION))  # type: ignore[no-any-return]
 
         self.alter_partition = AlterPartitionManager(self.node_id, lambda: node.broker_epoch, send)
         partitions.broker_statuses, partitions.alter_partition = status, self.alter_partition
