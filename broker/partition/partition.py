@@ -462,6 +462,15 @@ class Partition:
             if delayed in self._delayed_produces:
                 self._delayed_produces.remove(delayed)
 
+    async def replicated(self, required_offset: int, timeout_s: float) -> None:
+        """`wait_replicated` for a write appended as acks=all (a transaction marker): returns
+        once committed, raises its error (KafkaError) otherwise."""
+        if self.leads_alone:
+            return
+        code = await self.wait_replicated(required_offset, timeout_s)
+        if code is not ErrorCode.NONE:
+            raise KafkaError(code, "offset %d of %r not replicated" % (required_offset - 1, self))
+
     def _produce_outcome(self, required_offset: int) -> ErrorCode | None:
         if self.role is not Role.LEADER or self.deleted:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
