@@ -115,6 +115,7 @@ class ClusterNode:
         self.listeners: list[M.BrokerRegistrationRequest.Listener] = []
         self._tasks: list[asyncio.Task[Any]] = []
         self._becoming: asyncio.Task[None] | None = None
+        self._resigning: asyncio.Task[None] | None = None  # a term given up after a failed append
         self._stopping = False
 
     # start -------------------------------------------------------------------------------------
@@ -229,7 +230,7 @@ class ClusterNode:
         except Exception as exc:
             log.error("could not take up the controller term; resigning", error=repr(exc))
             if self.election is not None:
-                await self.election.resign()
+                await self.election.resign(until_done=True)
 
     def _append_failed(self) -> None:
         """A metadata append failed: the image may hold what is not durable; reload it from etcd,
@@ -238,8 +239,8 @@ class ClusterNode:
             self.controller.resign()
         if self.loader is not None:
             self.loader.reload()
-        if self.election is not None:
-            asyncio.get_running_loop().create_task(self.election.resign())
+        if self.election is not None and (self._resigning is None or self._resigning.done()):
+            self._resigning = asyncio.get_running_loop().create_task(self.election.resign(until_done=True))
 
     async def sync(self) -> None:
         """Every metadata change this node made so far is durable (NOT_CONTROLLER if not)."""
@@ -358,8 +359,9 @@ class ClusterNode:
         if clean and self.broker_epoch >= 0:
             with contextlib.suppress(Exception):  # controlled shutdown: fenced, leaderships moved, then go
                 await within(shutdown_timeout_s, self._heartbeat(want_shut_down=True))
-        if self._becoming is not None:
-            self._becoming.cancel()
+        for pending in (self._becoming, self._resigning):
+            if pending is not None:
+                pending.cancel()
         if self.controller is not None:
             await self.controller.stop()
         if self.election is not None:
