@@ -255,6 +255,14 @@ _PROPS: list[Prop] = [
     Prop("metadata.log.max.record.bytes.between.snapshots", "int", 20971520,
          "The controller writes a snapshot of the metadata to etcd after this many bytes of records, and "
          "deletes the log behind it."),
+    Prop("replica.fetch.wait.max.ms", "int", 500,
+         "How long a follower's fetch waits at the leader for data (replica.fetch.min.bytes)."),
+    Prop("replica.fetch.min.bytes", "int", 1, "The bytes a follower's fetch waits for at the leader."),
+    Prop("replica.fetch.max.bytes", "int", 1048576,
+         "The bytes a follower fetches per partition at most (a first batch larger than it comes whole)."),
+    Prop("replica.fetch.response.max.bytes", "int", 10485760,
+         "The bytes of a whole fetch response a follower asks for at most."),
+    Prop("replica.fetch.backoff.ms", "int", 1000, "How long a follower waits after a fetch error for a partition."),
 ]
 
 PROPS: dict[str, Prop] = {p.name: p for p in _PROPS}

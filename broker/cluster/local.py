@@ -9,13 +9,15 @@ from pathlib import Path
 from typing import Any
 
 from broker.cluster.alter_partition import ALTER_PARTITION, ALTER_PARTITION_VERSION, AlterPartitionManager
+from broker.cluster.client import NodeClient
+from broker.cluster.fetcher import FetcherSettings, ReplicaFetcherManager
 from broker.cluster.metadata_sync import ClusterMetadataStore
 from broker.cluster.node import ClusterNode, ClusterSettings
 from broker.cluster.producer_ids import ProducerIdBlocks
 from broker.cluster.publisher import MetadataPublisher
 from broker.cluster.view import ImageView
 from broker.config import read_properties
-from broker.metadata import MetadataImage, TopicInfo
+from broker.metadata import Assignment, MetadataImage, TopicInfo
 from broker.metadata.image import INTERNAL_TOPICS, OFFSETS_TOPIC, SHARE_STATE_TOPIC, TRANSACTION_STATE_TOPIC
 from broker.metadata.quorum import QuorumState, Replica
 from broker.observability.logger import get_logger
@@ -27,23 +29,36 @@ log = get_logger("broker.cluster")
 
 
 class LocalBroker:
-    def __init__(self, broker: Any) -> None:
+    def __init__(self, broker: Any, fetchers: ReplicaFetcherManager) -> None:
         self.broker = broker
         self.node_id: int = broker.node_id
+        self.fetchers = fetchers
 
     def image(self) -> MetadataImage:
         return self.broker.metadata.image  # type: ignore[no-any-return]
 
-    def host_partition(self, info: TopicInfo, index: int, leader_epoch: int | None) -> None:
+    def host_partition(self, info: TopicInfo, index: int, assignment: Assignment) -> None:
+        """Kafka's makeLeader / makeFollower: the leader stops fetching first and leads from the
+        assignment's epochs; a follower follows its leader (none: it waits for one)."""
         b = self.broker
-        partition = b.partitions.get(info.name, index)
+        a = assignment
+        tp = (info.name, index)
+        partition = b.partitions.get(*tp)
         if partition is None:
             partition = b.partitions.ensure(info.name, index, info.topic_id, b.topic_log_config(info.name))
-        if leader_epoch is not None:
-            partition.become_leader(leader_epoch)
+        if a.leader == self.node_id:
+            self.fetchers.remove_partition(tp)
+            partition.make_leader(a.leader_epoch, a.partition_epoch, a.replicas, a.isr)
+            return
+        partition.make_follower(a.leader, a.leader_epoch, a.partition_epoch, a.replicas, a.isr)
+        if a.leader < 0:
+            self.fetchers.remove_partition(tp)
+        else:
+            self.fetchers.add_partition(tp, info.topic_id, a.leader, a.leader_epoch)
 
     async def drop_topic(self, name: str, topic_id: uuid.UUID) -> None:
         b = self.broker
+        self.fetchers.remove_topic(name)
         b.log_dir_mover.cancel_topic(name)
         await b.partitions.remove_topic(name)
         log.info("topic deleted", topic=name)
@@ -93,8 +108,11 @@ class ClusterMode(LocalBroker):
     that makes it follow the metadata, and the answers the broker gives from the cluster's view."""
 
     def __init__(self, broker: Any, settings: ClusterSettings, metadata_dir: Path) -> None:
-        super().__init__(broker)
-        self.node = ClusterNode(settings, broker.node_id, metadata_dir)
+        node = ClusterNode(settings, broker.node_id, metadata_dir)
+        fetchers = ReplicaFetcherManager(broker.node_id, self._fetcher_connection, lambda: node.broker_epoch,
+                                         broker.partitions.get, FetcherSettings.from_config(broker.config))
+        super().__init__(broker, fetchers)
+        self.node = node
         self.publisher = MetadataPublisher(self)
         self.producer_ids: ProducerIdBlocks | None = None
         self.alter_partition: AlterPartitionManager | None = None
@@ -161,7 +179,16 @@ class ClusterMode(LocalBroker):
         partitions.broker_statuses, partitions.alter_partition = status, self.alter_partition
         partitions.logs.high_watermarks = partitions.high_watermark_of  # replication-offset-checkpoint
 
+    def _fetcher_connection(self, leader: int) -> NodeClient:
+        """A replica fetcher's own connection to `leader` (a long poll holds it; Kafka's fetchers
+        have theirs), on the inter-broker listener with its security."""
+        node = self.node
+        return NodeClient(lambda: node.view.address(leader, node.settings.inter_broker_listener)
+                          if node.view is not None else None, "broker-%d-fetcher-0" % self.node_id,
+                          security=node.settings.inter_broker_security, node=leader)
+
     async def stop(self, clean: bool) -> None:
+        await self.fetchers.shutdown()  # nothing is appended to a follower's log from here on
         if self.alter_partition is not None:
             self.alter_partition.stop()
         if self.producer_ids is not None:

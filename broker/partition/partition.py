@@ -675,6 +675,86 @@ class Partition:
                                                         completed.last_offset, producers.last_stable_offset(completed)))
         self.log.recovered_from = None
 
+    # a follower's log (cluster mode, replication) ---------------------------------------------
+    def append_as_follower(self, records: Buffer) -> AppendResult:
+        """Append the leader's batches exactly as they are (offsets, epochs, timestamps, CRCs:
+        Kafka's appendAsFollower), an incomplete trailing batch of a fetch response left out. The
+        epoch cache learns the batches' leader epochs; the producer state and the aborted-
+        transaction index follow them without judging them (the leader did)."""
+        view = memoryview(records)
+        end = 0
+        headers: list[tuple[int, BatchHeader]] = []
+        try:
+            for pos, header in iter_batches(view):
+                headers.append((pos, header))
+                end = pos + header.size
+        except ProtocolError as exc:
+            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, str(exc)) from None
+        if not headers:
+            return self.log.append_as_follower(b"")
+        generation = self.log.generation
+        result = self.log.append_as_follower(view[:end])
+        for pos, header in headers:
+            if header.producer_id < 0:
+                continue
+            if not header.is_control:
+                self.producers.update(header)
+                continue
+            marker = _marker(bytes(view[pos:pos + header.size]))
+            if marker is None:
+                continue
+            committed, coordinator_epoch = marker
+            completed = self.producers.apply_marker(header.producer_id, header.producer_epoch, coordinator_epoch,
+                                                    header.base_offset, header.max_timestamp, not committed)
+            if completed is not None and completed.aborted:
+                self.log.update_txn_index(result.segment_base_offset, AbortedTxn(
+                    header.producer_id, completed.first_offset, completed.last_offset,
+                    self.producers.last_stable_offset(completed)))
+        if self.log.generation != generation:
+            self.take_snapshot()  # the log rolled a segment
+        return result
+
+    def update_follower_high_watermark(self, leader_high_watermark: int) -> bool:
+        """Take the leader's high watermark, never beyond this log's end (Kafka's
+        maybeUpdateHighWatermark on a follower); True when it moved."""
+        hw = max(min(leader_high_watermark, self.log.log_end_offset), self.log.log_start_offset)
+        if hw == self._high_watermark:
+            return False
+        self._high_watermark = hw
+        self.notify()
+        return True
+
+    def follow_log_start_offset(self, leader_log_start_offset: int) -> None:
+        """The leader's log start moved on (retention, DeleteRecords): so does this copy, up to its
+        high watermark (Kafka's maybeIncrementLogStartOffset, LeaderOffsetIncremented)."""
+        offset = min(leader_log_start_offset, self.high_watermark)
+        if offset > self.log.log_start_offset:
+            self.log.delete_records_before(offset, self.high_watermark)
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every batch at or after `offset` (Kafka's truncateTo: segments, indexes, the
+        aborted-transaction index and the epoch cache); the producer state is rebuilt from the
+        latest snapshot below the new end and the batches after it."""
+        log = self.log
+        if offset >= log.log_end_offset:
+            return
+        log.truncate_to(offset)
+        self._after_truncation()
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop the whole log and start it empty at `offset` (the leader's log start is past this
+        log's end)."""
+        self.log.truncate_fully_and_start_at(offset)
+        self._after_truncation()
+
+    def _after_truncation(self) -> None:
+        self._verifications.clear()
+        self._snapshot_offset = -1
+        self.rebuild_producer_state()  # deletes the snapshots beyond the new end
+        log = self.log
+        self._high_watermark = max(min(self._high_watermark, log.log_end_offset), log.log_start_offset)
+        self.group_commit.reset(self.log.recovery_point)
+
 
 def _expire(future: asyncio.Future[ErrorCode]) -> None:
     if not future.done():
