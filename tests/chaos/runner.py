@@ -27,7 +27,7 @@ from tests.chaos.history import History, Kind
 from tests.chaos.nemesis import Fault, Nemesis, describe, schedule
 from tests.chaos.workload import GroupMember, IdempotentProducer, ShareMember, TransactionalProducer, Worker
 from tests.cluster.harness import ProcessCluster
-from tests.cluster.nodes import leaders, start_cluster, wait_leaders, wait_live
+from tests.cluster.nodes import create_topic, leaders, start_cluster, wait_leaders, wait_live
 from tests.harness import wait_for
 
 IDEMPOTENT_TOPIC = "chaos-idempotent"
@@ -60,6 +60,7 @@ class RunConfig:
     rate: float = 30.0  # records per second of each idempotent producer
     drain_timeout: float = 30.0  # for producers to flush and members to leave, after the faults
     final_timeout: float = 30.0  # for the final read
+    client_debug: bool = False  # each client's librdkafka debug log in <base>/clients/
 
 
 @dataclass
@@ -72,13 +73,19 @@ class RunResult:
     seconds: dict[str, float] = field(default_factory=dict)
     stuck: list[str] = field(default_factory=list)  # workers that did not finish in time
     worker_errors: list[str] = field(default_factory=list)
+    # (producer, topic, partition) -> (sends without an acknowledgement or failure, when the first was sent)
+    unanswered: dict[tuple[str, str, int], tuple[int, float]] = field(default_factory=dict)
+    unhealthy: list[str] = field(default_factory=list)  # the cluster not back to every node live after the faults
 
     def report(self) -> str:
         lines = ["seed %d: %d faults, %s" % (self.config.seed, self.faults_done,
                                                ", ".join("%s %d" % kv for kv in self.counts.items())),
                  "phases: " + ", ".join("%s %.1f s" % kv for kv in self.seconds.items()),
                  "history: %s" % self.history_path]
+        lines += ["cluster not recovered: %s" % s for s in self.unhealthy]
         lines += ["stuck worker: %s" % s for s in self.stuck]
+        lines += ["no answer to %d sends of %s to %s-%d (the first %.1f s after the run began)" % (n, c, t, p, at)
+                  for (c, t, p), (n, at) in sorted(self.unanswered.items())]
         lines += ["worker error: %s" % s for s in self.worker_errors]
         lines += [str(v) for v in self.violations[:20]]
         if len(self.violations) > 20:
@@ -96,6 +103,7 @@ def run(config: RunConfig, base: Path) -> RunResult:
     nemesis: Nemesis | None = None
     workers: list[Worker] = []
     stuck: list[str] = []
+    unhealthy: list[str] = []
     try:
         create_topics(cluster, config)
         seconds["start"] = time.monotonic() - began
@@ -112,7 +120,12 @@ def run(config: RunConfig, base: Path) -> RunResult:
         time.sleep(max(0.0, t0 + config.duration - time.monotonic()))  # the run's length, not a wait on a condition
         nemesis.stop()
         history.add(Kind.RUN, "runner", op="healed", detail=None)
-        wait_live(cluster, timeout=60)
+        try:
+            wait_live(cluster, timeout=30)
+            wait_controller(cluster, timeout=30)
+        except TimeoutError as e:  # the cluster did not recover: reported, and the run goes on to its verdict
+            unhealthy.append(str(e))
+            history.add(Kind.RUN, "runner", op="not live", detail=str(e))
         seconds["faults"] = time.monotonic() - t0
         t0 = time.monotonic()
         stuck = finish(workers, config.drain_timeout)
@@ -137,7 +150,22 @@ def run(config: RunConfig, base: Path) -> RunResult:
     events = history.events()
     seconds["total"] = time.monotonic() - began
     return RunResult(config, history.path or base, check(events), summary(events),
-                     nemesis.done if nemesis else 0, seconds, stuck, [e for w in workers for e in w.errors])
+                     nemesis.done if nemesis else 0, seconds, stuck, [e for w in workers for e in w.errors],
+                     unanswered(events), unhealthy)
+
+
+def unanswered(events: list[Any]) -> dict[tuple[str, str, int], tuple[int, float]]:
+    """Sends that got neither an acknowledgement nor a failure by the end: a partition a producer
+    could not write to (not a violation: the checker judges only what was acknowledged)."""
+    answered = {e["value"] for e in events if e.kind in (Kind.ACK, Kind.SEND_FAIL)}
+    began = next((e.t for e in events if e.kind is Kind.RUN), 0.0)
+    found: dict[tuple[str, str, int], tuple[int, float]] = {}
+    for e in events:
+        if e.kind is Kind.SEND and e.get("txn") is None and e["value"] not in answered:
+            key = (e.client, str(e["topic"]), int(e["partition"]))
+            n, first = found.get(key, (0, e.t - began))
+            found[key] = (n + 1, first)
+    return found
 
 
 def _jsonable(value: Any) -> Any:
@@ -151,6 +179,23 @@ def create_topics(cluster: ProcessCluster, config: RunConfig) -> None:
         future.result(30)
     for topic in (IDEMPOTENT_TOPIC, TXN_TOPIC):
         wait_leaders(cluster, topic, lambda ls: len(ls) == config.partitions and min(ls.values()) >= 0)
+
+
+def wait_controller(cluster: ProcessCluster, timeout: float) -> None:
+    """Until a metadata change goes through: CreateTopics of a new topic, sent to each node in turn
+    (stale images can list every node live while no node is the active controller)."""
+    name = "chaos-probe-%d" % time.monotonic_ns()
+    ports = [p.port for p in cluster.nodes.values()]
+    tries = iter(range(10**6))
+
+    def created() -> bool:
+        try:
+            code, _ = create_topic(ports[next(tries) % len(ports)], name, 1, timeout=2)
+        except OSError:
+            return False
+        return code in (0, 36)  # created, or TOPIC_ALREADY_EXISTS (an earlier try made it)
+
+    wait_for(created, timeout, interval=0.2, what="an active controller (CreateTopics %s)" % name)
 
 
 def _leader_of(cluster: ProcessCluster, partition: int) -> int:
@@ -176,6 +221,9 @@ def make_workers(cluster: ProcessCluster, history: History, config: RunConfig) -
         workers.append(GroupMember("kip848-%d" % i, bootstrap, history, seed, "chaos-kip848", "consumer", both))
         workers.append(ShareMember("share%d" % i, bootstrap, history, seed, "chaos-share", both))
     set_share_offset_reset(cluster, "chaos-share")
+    if config.client_debug:
+        for worker in workers:
+            worker.debug_dir = cluster.base.parent / "clients"
     return workers
 
 
@@ -219,16 +267,20 @@ def _read_topic(cluster: ProcessCluster, history: History, topic: str, isolation
             for p in range(config.partitions):
                 if p not in ends:
                     try:
-                        ends[p] = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=5)[1]
+                        ends[p] = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=2)[1]
                     except Exception:
-                        return False
-            return True
+                        continue
+            return len(ends) == config.partitions
 
-        wait_for(known, config.final_timeout, interval=0.2, what="the ends of %s" % topic)
+        try:
+            wait_for(known, config.final_timeout, interval=0.2, what="the ends of %s" % topic)
+        except TimeoutError:  # a partition nobody answers for: its final read is incomplete, the run unjudged
+            pass
         position = dict.fromkeys(ends, 0)
-        consumer.assign([TopicPartition(topic, p, 0) for p in ends])
         deadline = time.monotonic() + config.final_timeout
         done = {p for p, end in ends.items() if end == 0}
+        if ends:
+            consumer.assign([TopicPartition(topic, p, 0) for p in ends])
         while len(done) < len(ends) and time.monotonic() < deadline:
             for msg in consumer.consume(500, 0.5):
                 p = msg.partition()
@@ -242,9 +294,9 @@ def _read_topic(cluster: ProcessCluster, history: History, topic: str, isolation
                 position[p] = msg.offset() + 1
                 if position[p] >= ends[p]:
                     done.add(p)
-        for p, end in sorted(ends.items()):
+        for p in range(config.partitions):
             history.add(Kind.FINAL_END, "final", topic=topic, partition=p, isolation=isolation,
-                        position=position[p], high_watermark=end, complete=p in done)
+                        position=position.get(p, 0), high_watermark=ends.get(p, "unknown"), complete=p in done)
     finally:
         consumer.close()
 

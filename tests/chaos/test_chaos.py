@@ -6,6 +6,7 @@ it lands. A failing run prints its seed and schedule; `bench/chaos.py --seed N` 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,7 @@ def verdict(config: RunConfig, base: Path) -> None:
     print(result.report())
     assert result.faults_done >= 2, "the run did too few faults to mean anything:\n" + result.report()
     assert result.counts.get("acknowledged", 0) > 0, result.report()
-    assert not result.stuck, result.report()
+    assert not result.stuck and not result.unhealthy and not result.unanswered, result.report()
     assert not result.violations, result.report()
     # the checker is awake on this history: one acknowledged record taken out of the final read is lost
     events = load(result.history_path)
@@ -39,6 +40,9 @@ def test_faults_with_one_replica(tmp_path: Path, seed: int) -> None:
 
 
 @pytest.mark.timeout(110)
+@pytest.mark.skipif(not os.environ.get("CHAOS_REPLICATED"), reason="replication (issue 23) is being built: with "
+                    "an ISR of one (< min.insync.replicas 2) nothing is acknowledged and each run waits out its "
+                    "producers (50 s); CHAOS_REPLICATED=1 runs it")
 @pytest.mark.xfail(reason="replication (issue 23) is being built: a killed leader's partitions wait for it "
                           "and its ISR is itself alone", strict=False)
 @pytest.mark.parametrize("seed", [1, 2])

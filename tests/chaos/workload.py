@@ -20,11 +20,13 @@ Clients retry through unavailability as they do by default; a worker never stops
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import (
@@ -42,6 +44,7 @@ from tests.chaos.history import History, Kind
 # commit errors after which the commit certainly did not happen (any other: it may have)
 NOT_COMMITTED = {KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID, KafkaError.REBALANCE_IN_PROGRESS,
                  KafkaError.STALE_MEMBER_EPOCH, KafkaError.FENCED_MEMBER_EPOCH, KafkaError._ASSIGNMENT_LOST}
+DEBUG = "broker,topic,msg,protocol,eos,cgrp,consumer"
 LOGS = {"log_level": 2}  # librdkafka logs only critical lines: a fault run makes many errors, all retried
 ACK_TYPES = ((AcknowledgeType.ACCEPT, "accept", 0.85), (AcknowledgeType.RELEASE, "release", 0.12),
              (AcknowledgeType.REJECT, "reject", 0.03))
@@ -57,6 +60,7 @@ class Worker:
     """A thread running one client role until `stop`."""
 
     role = "worker"
+    debug_dir: Path | None = None  # set: each client logs librdkafka's `debug=DEBUG` contexts into <dir>/<client>.log
 
     def __init__(self, name: str, bootstrap: str, history: History, seed: int) -> None:
         self.name = name
@@ -89,6 +93,20 @@ class Worker:
         else:
             self.record(Kind.WORKER, op="stop", role=self.role, detail=None)
 
+    def logs(self, client: str) -> dict[str, Any]:
+        """The client's logging properties: critical lines only, or its debug log in `debug_dir`."""
+        if self.debug_dir is None:
+            return dict(LOGS)
+        logger = logging.getLogger("chaos.client.%s" % client)
+        if not logger.handlers:
+            self.debug_dir.mkdir(parents=True, exist_ok=True)
+            handler = logging.FileHandler(self.debug_dir / ("%s.log" % client))
+            handler.setFormatter(logging.Formatter("%(created).6f %(message)s"))
+            logger.addHandler(handler)
+            logger.setLevel(logging.DEBUG)
+            logger.propagate = False
+        return {"debug": DEBUG, "logger": logger}
+
     def record(self, kind: Kind, client: str | None = None, **data: Any) -> None:
         self.history.add(kind, client or self.name, **data)
 
@@ -106,7 +124,7 @@ class IdempotentProducer(Worker):
         self.unflushed = 0
 
     def _producer(self) -> Producer:
-        return Producer({"bootstrap.servers": self.bootstrap, "client.id": self.name, "acks": "all", **LOGS,
+        return Producer({"bootstrap.servers": self.bootstrap, "client.id": self.name, "acks": "all", **self.logs(self.name),
                          "enable.idempotence": True, "linger.ms": 5, "message.timeout.ms": 60000,
                          "error_cb": self._on_error})
 
@@ -128,6 +146,7 @@ class IdempotentProducer(Worker):
         producer = self._producer()
         fatal = len(self.errors)
         n = 0
+        next_send = time.monotonic()
         while not self.stopping.is_set():
             if len(self.errors) > fatal:  # a fatal idempotence error: this producer is done, a new one goes on
                 producer.flush(5)
@@ -144,7 +163,9 @@ class IdempotentProducer(Worker):
                 except BufferError:
                     producer.poll(0.1)
             n += 1
-            producer.poll(1.0 / self.rate)
+            next_send += 1.0 / self.rate
+            while not self.stopping.is_set() and time.monotonic() < next_send:
+                producer.poll(max(0.0, next_send - time.monotonic()))  # serves callbacks until the next send
         self.unflushed = producer.flush(self.flush_timeout)
 
 
@@ -158,17 +179,20 @@ class TransactionalProducer(Worker):
         self.committed = self.aborted = self.unknown = 0
 
     def _producer(self) -> Producer:
-        producer = Producer({"bootstrap.servers": self.bootstrap, "client.id": self.name, **LOGS,
-                             "transactional.id": self.name, "transaction.timeout.ms": 20000, "linger.ms": 5,
-                             "message.timeout.ms": 20000})
+        """A producer with its transactional id initialized, tried again (a new client each time:
+        an error can leave one unusable) until it works or the worker is asked to stop."""
         while True:
+            producer = Producer({"bootstrap.servers": self.bootstrap, "client.id": self.name, **self.logs(self.name),
+                                 "transactional.id": self.name, "transaction.timeout.ms": 20000, "linger.ms": 5,
+                                 "message.timeout.ms": 20000})
             try:
                 producer.init_transactions(20)
                 return producer
             except KafkaException as e:
-                if self.stopping.is_set() or not e.args[0].retriable():
+                if self.stopping.is_set():
                     raise
                 self.record(Kind.WORKER, op="retry", role=self.role, detail="init_transactions: %s" % e)
+                self.stopping.wait(0.5)
 
     def _delivered(self, txn: str) -> Any:
         def delivered(error: KafkaError | None, msg: Any) -> None:
@@ -256,7 +280,7 @@ class GroupMember(Worker):
         self.reads = self.commits = 0
 
     def _config(self, client: str) -> dict[str, Any]:
-        conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap, "group.id": self.group, "client.id": client, **LOGS,
+        conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap, "group.id": self.group, "client.id": client, **self.logs(client),
                                 "group.protocol": self.protocol, "enable.auto.commit": False,
                                 "auto.offset.reset": "earliest", "isolation.level": "read_committed"}
         if self.protocol == "classic":
@@ -364,7 +388,7 @@ class ShareMember(Worker):
         return ACK_TYPES[0][0], ACK_TYPES[0][1]
 
     def _live(self, client: str, lifetime: float) -> None:
-        consumer = ShareConsumer({"bootstrap.servers": self.bootstrap, "group.id": self.group, "client.id": client, **LOGS,
+        consumer = ShareConsumer({"bootstrap.servers": self.bootstrap, "group.id": self.group, "client.id": client, **self.logs(client),
                                   "share.acknowledgement.mode": "explicit"})
         consumer.subscribe(self.topics)
         ends = time.monotonic() + lifetime
