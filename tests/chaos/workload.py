@@ -398,7 +398,10 @@ class ShareMember(Worker):
                 try:
                     messages = consumer.poll(0.3)
                 except KafkaException as e:
-                    self.record(Kind.WORKER, client, op="poll_error", role=self.role, detail=_error_name(e))
+                    self.record(Kind.WORKER, client, op="poll_error", role=self.role, detail=str(e))
+                    if e.args and isinstance(e.args[0], KafkaError) and e.args[0].fatal():
+                        return  # this client is done; the next incarnation takes over
+                    self.stopping.wait(0.1)
                     continue
                 acked: dict[tuple[str, int, str], list[int]] = defaultdict(list)
                 for msg in messages:
