@@ -168,12 +168,12 @@ def check_order(events: Sequence[Event]) -> list[Violation]:
             for p in e["partitions"]:
                 previous.pop((e.client, e["topic"], int(p)), None)
         elif e.kind is Kind.READ:
-            key = (e.client, e["topic"], int(e["partition"]))
-            before = previous.get(key)
+            owner = (e.client, str(e["topic"]), int(e["partition"]))
+            before = previous.get(owner)
             if before is not None and int(e["offset"]) <= int(before["offset"]):
                 out.append(Violation("order", "%s read %s-%d@%d after @%d without a new assignment" % (
-                    e.client, key[1], key[2], e["offset"], before["offset"]), (before, e)))
-            previous[key] = e
+                    e.client, owner[1], owner[2], e["offset"], before["offset"]), (before, e)))
+            previous[owner] = e
     # acknowledgements: one record per offset; a producer's records in the order it sent them
     at_offset: dict[tuple[str, int, int], Event] = {}
     sent_at: dict[str, float] = {e["value"]: e.t for e in events if e.kind is Kind.SEND}

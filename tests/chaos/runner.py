@@ -282,7 +282,8 @@ def _read_topic(cluster: ProcessCluster, history: History, topic: str, isolation
         if ends:
             consumer.assign([TopicPartition(topic, p, 0) for p in ends])
         while len(done) < len(ends) and time.monotonic() < deadline:
-            for msg in consumer.consume(500, 0.5):
+            received: list[Any] = consumer.consume(500, 0.5)  # Message's getters are Optional in the stubs
+            for msg in received:
                 p = msg.partition()
                 if msg.error() is not None:
                     if msg.error().code() == KafkaError._PARTITION_EOF and msg.offset() >= ends[p]:

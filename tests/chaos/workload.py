@@ -320,7 +320,8 @@ class GroupMember(Worker):
         next_commit = time.monotonic() + self.commit_every
         try:
             while not self.stopping.is_set() and time.monotonic() < ends:
-                for msg in consumer.consume(100, 0.2):
+                received: list[Any] = consumer.consume(100, 0.2)  # Message's getters are Optional in the stubs
+                for msg in received:
                     if msg.error() is not None:
                         continue  # librdkafka's own retries go on; the history judges the outcome
                     key = (msg.topic(), msg.partition())
@@ -404,7 +405,8 @@ class ShareMember(Worker):
                     self.stopping.wait(0.1)
                     continue
                 acked: dict[tuple[str, int, str], list[int]] = defaultdict(list)
-                for msg in messages:
+                delivered: list[Any] = list(messages)  # Message's getters are Optional in the stubs
+                for msg in delivered:
                     if msg.error() is not None:
                         continue
                     self.record(Kind.SHARE_DELIVER, client, group=self.group, topic=msg.topic(),
@@ -433,6 +435,6 @@ class ShareMember(Worker):
             outcome = _error_name(e)
         self.acks += 1
         for (topic, partition, name), offsets in sorted(acked.items()):
-            error = errors.get((topic, partition), outcome or "no answer")
+            refused = errors.get((topic, partition), outcome or "no answer")
             self.record(Kind.SHARE_ACK, client, group=self.group, topic=topic, partition=partition, offsets=offsets,
-                        ack_type=name, t0=t0, ok=error is None, error=error)
+                        ack_type=name, t0=t0, ok=refused is None, error=refused)
