@@ -37,24 +37,29 @@ class LocalBroker:
     def image(self) -> MetadataImage:
         return self.broker.metadata.image  # type: ignore[no-any-return]
 
-    def host_partition(self, info: TopicInfo, index: int, assignment: Assignment) -> None:
+    ready = True  # may this node lead what the metadata says it leads (ClusterMode: once registered)
+
+    def host_partition(self, info: TopicInfo, index: int, assignment: Assignment, fetch: bool = True) -> None:
         """Kafka's makeLeader / makeFollower: the leader stops fetching first and leads from the
-        assignment's epochs; a follower follows its leader (none: it waits for one)."""
+        assignment's epochs; a follower follows its leader (none: it waits for one; `fetch` False:
+        it does not fetch yet). Before this node may lead (`ready`), a leadership the metadata
+        gives it waits as a follower of nobody."""
         b = self.broker
         a = assignment
         tp = (info.name, index)
         partition = b.partitions.get(*tp)
         if partition is None:
             partition = b.partitions.ensure(info.name, index, info.topic_id, b.topic_log_config(info.name))
-        if a.leader == self.node_id:
+        if a.leader == self.node_id and self.ready:
             self.fetchers.remove_partition(tp)
             partition.make_leader(a.leader_epoch, a.partition_epoch, a.replicas, a.isr)
             return
-        partition.make_follower(a.leader, a.leader_epoch, a.partition_epoch, a.replicas, a.isr)
-        if a.leader < 0:
+        leader = a.leader if a.leader != self.node_id else -1
+        partition.make_follower(leader, a.leader_epoch, a.partition_epoch, a.replicas, a.isr)
+        if leader < 0 or not fetch:
             self.fetchers.remove_partition(tp)
         else:
-            self.fetchers.add_partition(tp, info.topic_id, a.leader, a.leader_epoch)
+            self.fetchers.add_partition(tp, info.topic_id, leader, a.leader_epoch)
 
     async def drop_topic(self, name: str, topic_id: uuid.UUID) -> None:
         b = self.broker
@@ -75,7 +80,7 @@ class LocalBroker:
         if runtime is None:
             return
         loaded = runtime.state(index) is not None
-        if lead and not loaded:
+        if lead and not loaded and self.ready:
             log.info("coordinator partition loading", topic=topic, partition=index)
             await runtime.load(index)
         elif not lead and loaded:
@@ -116,6 +121,11 @@ class ClusterMode(LocalBroker):
         self.publisher = MetadataPublisher(self)
         self.producer_ids: ProducerIdBlocks | None = None
         self.alter_partition: AlterPartitionManager | None = None
+        # As a KRaft broker, lead partitions and coordinators only once registered and caught up
+        # with the metadata past its registration (unfenced): until then the image may still name
+        # this node's previous incarnation as a leader that the controller has not yet moved.
+        self.ready = False
+        node.unfenced_listeners.append(self._unfenced)
         self.metadata_dir = metadata_dir
 
     @classmethod
@@ -140,6 +150,11 @@ class ClusterMode(LocalBroker):
         await self.node.start(store, directory_id)
         await self.node.wait_for_bootstrap()
         self.producer_ids = store.producer_ids = ProducerIdBlocks(self.node.allocate_producer_ids)
+
+    def _unfenced(self) -> None:
+        if not self.ready:
+            self.ready = True
+            self.publisher(None)  # take up the leaderships the metadata gives this node
 
     async def follow(self) -> None:
         """From now on the broker follows the metadata; first, everything there is."""

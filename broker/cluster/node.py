@@ -116,6 +116,7 @@ class ClusterNode:
         self._tasks: list[asyncio.Task[Any]] = []
         self._becoming: asyncio.Task[None] | None = None
         self._resigning: asyncio.Task[None] | None = None  # a term given up after a failed append
+        self.unfenced_listeners: list[Callable[[], None]] = []  # told each time this broker is unfenced
         self._stopping = False
 
     # start -------------------------------------------------------------------------------------
@@ -332,9 +333,12 @@ class ClusterNode:
                                             lambda r: self.controller.heartbeat(r))  # type: ignore[union-attr]
         if response.error_code:
             raise KafkaError(ErrorCode(response.error_code), "heartbeat refused")  # type: ignore[call-arg]
-        if self.fenced and not response.is_fenced:
-            log.info("unfenced: serving as a live broker", broker_epoch=self.broker_epoch)
+        unfenced = self.fenced and not response.is_fenced
         self.fenced = response.is_fenced
+        if unfenced:
+            log.info("unfenced: serving as a live broker", broker_epoch=self.broker_epoch)
+            for listener in self.unfenced_listeners:
+                listener()
         return response
 
     async def allocate_producer_ids(self) -> tuple[int, int]:

@@ -43,7 +43,7 @@ class LocalNode(Protocol):
 
     def image(self) -> MetadataImage: ...
 
-    def host_partition(self, info: TopicInfo, index: int, assignment: Assignment) -> None:
+    def host_partition(self, info: TopicInfo, index: int, assignment: Assignment, fetch: bool = True) -> None:
         """Make sure the partition has a local log; lead it or follow its leader as `assignment` says."""
 
     async def drop_topic(self, name: str, topic_id: uuid.UUID) -> None:
@@ -169,7 +169,10 @@ class MetadataPublisher:
         for index, a in sorted(info.assignments.items()):
             lead = a.leader == me
             if internal and not lead:
-                # a coordinator lets go of its partition before the follower's fetcher may truncate it
+                # a coordinator lets go of its partition before the follower's fetcher may truncate
+                # it; a follower first, so that its writes waiting to be committed fail at once
+                if me in a.replicas:
+                    self.node.host_partition(info, index, a, fetch=False)
                 await self.node.coordinator_partition(info.name, index, False)
             if me in a.replicas:
                 self.node.host_partition(info, index, a)

@@ -186,7 +186,12 @@ class Partition:
         AlterPartition answer may come before the metadata) is ignored; a new leader epoch
         starts at the log end offset and resets the followers' states."""
         if partition_epoch < self.partition_epoch:
+            logger.info("leadership state older than the partition's ignored", partition=repr(self),
+                        leader_epoch=epoch, partition_epoch=partition_epoch, known_partition_epoch=self.partition_epoch)
             return
+        if self.role is not Role.LEADER or epoch != self._led_epoch:
+            logger.info("leading", partition=repr(self), leader_epoch=epoch, partition_epoch=partition_epoch,
+                        isr=list(isr), log_end_offset=self.log.log_end_offset)
         now = self.log.time()
         hw = self._initial_high_watermark()
         new_leader = self.role is not Role.LEADER or self._led_epoch < 0
@@ -216,6 +221,9 @@ class Partition:
                       isr: list[int]) -> None:
         """Follow `leader` (-1: none yet) in `epoch`, as the metadata says (cluster mode). The
         log's epoch cache learns the leader's epochs from the batches it copies."""
+        if self.role is not Role.FOLLOWER or leader != self.leader_id:
+            logger.info("following", partition=repr(self), leader=leader, leader_epoch=epoch,
+                        partition_epoch=partition_epoch, log_end_offset=self.log.log_end_offset)
         self._high_watermark = self._initial_high_watermark()  # the follower side moves it on
         self.followers = None
         self._led_epoch = -1

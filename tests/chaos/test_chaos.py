@@ -1,12 +1,10 @@
 """Short fault runs (tests/chaos/runner.py) on a three-node cluster, each on its own cluster and
 etcd: the workload under faults a replication factor of one survives (kill -9 and restart of any
-node, pauses, etcd killed or paused), several seeds, nothing the checker flags. The cases that
-need replication (leader kills with replication factor 3) are here too, expected to fail until
-it lands. A failing run prints its seed and schedule; `bench/chaos.py --seed N` replays it."""
+node, pauses, etcd killed or paused), several seeds, nothing the checker flags. Leader kills
+and pauses with replication factor 3 and min.insync.replicas 2 too (replication, issue 23). A failing run prints its seed and schedule; `bench/chaos.py --seed N` replays it."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -40,11 +38,6 @@ def test_faults_with_one_replica(tmp_path: Path, seed: int) -> None:
 
 
 @pytest.mark.timeout(110)
-@pytest.mark.skipif(not os.environ.get("CHAOS_REPLICATED"), reason="replication (issue 23) is being built: with "
-                    "an ISR of one (< min.insync.replicas 2) nothing is acknowledged and each run waits out its "
-                    "producers (50 s); CHAOS_REPLICATED=1 runs it")
-@pytest.mark.xfail(reason="replication (issue 23) is being built: a killed leader's partitions wait for it "
-                          "and its ISR is itself alone", strict=False)
 @pytest.mark.parametrize("seed", [1, 2])
 def test_leader_kills_with_three_replicas(tmp_path: Path, seed: int) -> None:
     verdict(RunConfig(seed=seed, duration=15, faults=(Fault.KILL_LEADER, Fault.PAUSE),

@@ -36,8 +36,6 @@ def fresh(tmp_path: Path) -> Iterator[ProcessCluster]:
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.xfail(reason="a controller whose append failed while etcd was down for less than a lease keeps "
-                          "the controller key and never takes the term back (election.py resign)", strict=True)
 def test_a_short_etcd_outage_during_a_metadata_append_leaves_a_controller(fresh: ProcessCluster) -> None:
     port = fresh.node(1).port
     active = controller(port)
