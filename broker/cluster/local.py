@@ -4,6 +4,7 @@ module sits below the wiring)."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ log = get_logger("broker.cluster")
 class LocalBroker:
     def __init__(self, broker: Any, fetchers: ReplicaFetcherManager) -> None:
         self.broker = broker
+        self._background: set[asyncio.Task[None]] = set()
         self.node_id: int = broker.node_id
         self.fetchers = fetchers
 
@@ -94,7 +96,13 @@ class LocalBroker:
         return coordinator.runtime if coordinator is not None else None
 
     async def topics_changed(self, created: set[str], deleted: set[str], changed: set[str]) -> None:
-        await self.broker.topics_changed(created=created, deleted=deleted, changed=changed)
+        """The group coordinator hears of it in the background, as Kafka's publisher tells it: its
+        shards' writes wait to be committed, which must not hold the metadata back (a leadership
+        the next records give this node, whose followers that commit may be waiting for)."""
+        task = asyncio.get_running_loop().create_task(
+            self.broker.topics_changed(created=created, deleted=deleted, changed=changed))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def topic_configs_changed(self, name: str) -> None:
         b = self.broker
