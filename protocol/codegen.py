@@ -149,6 +149,26 @@ def _default_expr(ns: _Namespace, f: FieldSpec, classes: dict[str, type]) -> str
     return ns.const(f.default, "d")
 
 
+def _children_first(roots: list[StructSpec], version: int | None = None) -> list[StructSpec]:
+    """The structs reachable from `roots` (through fields present in `version`, when given),
+    each after the structs of its fields, each once."""
+    order: list[StructSpec] = []
+    seen: set[str] = set()
+
+    def visit(s: StructSpec) -> None:
+        if s.name in seen:
+            return
+        seen.add(s.name)
+        for f in s.fields:
+            if f.struct is not None and (version is None or version in f.versions):
+                visit(f.struct)
+        order.append(s)
+
+    for s in roots:
+        visit(s)
+    return order
+
+
 class MessageCodec:
     """Classes and per-version codecs of one message definition, each made when first asked for
     (then a plain attribute or a cache hit): a codec whose definition is only read (versions,
@@ -181,23 +201,8 @@ class MessageCodec:
 
     def _build_classes(self) -> dict[str, type]:
         classes: dict[str, type] = {}
-        structs = [*self.spec.structs.values(), self.spec.root]
         # children first so default constructors can refer to them
-        order: list[StructSpec] = []
-        seen: set[str] = set()
-
-        def visit(s: StructSpec) -> None:
-            if s.name in seen:
-                return
-            seen.add(s.name)
-            for f in s.fields:
-                if f.struct is not None:
-                    visit(f.struct)
-            order.append(s)
-
-        for s in structs:
-            visit(s)
-        for s in order:
+        for s in _children_first([*self.spec.structs.values(), self.spec.root]):
             classes[s.name] = self._make_class(s, classes)
         root = classes[self.spec.root.name]
         for name, cls in classes.items():
@@ -292,19 +297,9 @@ class MessageCodec:
         spec = self.spec
         flex = spec.is_flexible(version)
         out: list[str] = []
-        done: set[str] = set()
-
-        def gen(s: StructSpec) -> None:
-            if s.name in done:
-                return
-            done.add(s.name)
-            for f in s.fields:
-                if f.struct is not None and version in f.versions:
-                    gen(f.struct)
+        for s in _children_first([spec.root], version):
             out.extend(self._gen_decoder(s, version, flex))
             out.extend(self._gen_encoder(s, version, flex))
-
-        gen(spec.root)
         src = "\n".join(out)
         local: dict[str, Any] = {}
         code = compile(src, "<codec %s v%d>" % (spec.name, version), "exec")

@@ -34,6 +34,7 @@ from typing import Any, Final, NamedTuple, Protocol
 from protocol import accel, checksum
 from protocol.compression import DEFAULT_MAX_DECOMPRESSED_SIZE, compress, decompress
 from protocol.errors import ErrorCode, KafkaError, ProtocolError
+from protocol.primitives import INT16, INT32, INT64, UINT32
 
 # The records decoders in C (protocol/_record_speedups.c) when the extension is built; switched
 # off with the message decoder (KAFKA_PY_NO_SPEEDUPS=1, or accel.ENABLED = False at run time).
@@ -86,10 +87,6 @@ NO_PARTITION_LEADER_EPOCH: Final = -1
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 assert _HEADER.size == RECORD_BATCH_OVERHEAD
-_INT16 = struct.Struct(">h")
-_INT32 = struct.Struct(">i")
-_UINT32 = struct.Struct(">I")
-_INT64 = struct.Struct(">q")
 _CONTROL_KEY = struct.Struct(">hh")
 _END_TXN_VALUE = struct.Struct(">hi")
 
@@ -222,7 +219,7 @@ def iter_batches(
             if strict:
                 raise ProtocolError(f"{n - pos} trailing bytes at {pos} are not a record batch")
             return
-        (length,) = _INT32.unpack_from(buf, pos + BATCH_LENGTH_OFFSET)
+        (length,) = INT32.unpack_from(buf, pos + BATCH_LENGTH_OFFSET)
         if length < MIN_BATCH_LENGTH:
             raise ProtocolError(
                 f"record batch length {length} at {pos} is below the minimum {MIN_BATCH_LENGTH}"
@@ -238,12 +235,12 @@ def iter_batches(
 
 def set_base_offset(buf: WritableBuffer, pos: int, offset: int) -> None:
     """Assign offsets on append: baseOffset is outside the CRC, so nothing else changes."""
-    _INT64.pack_into(buf, pos + BASE_OFFSET_OFFSET, offset)
+    INT64.pack_into(buf, pos + BASE_OFFSET_OFFSET, offset)
 
 
 def set_partition_leader_epoch(buf: WritableBuffer, pos: int, epoch: int) -> None:
     """Stamp the leader epoch on append (outside the CRC)."""
-    _INT32.pack_into(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, epoch)
+    INT32.pack_into(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, epoch)
 
 
 def set_log_append_time(buf: WritableBuffer, pos: int, timestamp: int) -> None:
@@ -252,9 +249,9 @@ def set_log_append_time(buf: WritableBuffer, pos: int, timestamp: int) -> None:
     Readers then report ``timestamp`` for every record of the batch. The CRC is recomputed over
     whatever bytes are there, so validate the batch first.
     """
-    (attributes,) = _INT16.unpack_from(buf, pos + ATTRIBUTES_OFFSET)
-    _INT16.pack_into(buf, pos + ATTRIBUTES_OFFSET, attributes | TIMESTAMP_TYPE_MASK)
-    _INT64.pack_into(buf, pos + MAX_TIMESTAMP_OFFSET, timestamp)
+    (attributes,) = INT16.unpack_from(buf, pos + ATTRIBUTES_OFFSET)
+    INT16.pack_into(buf, pos + ATTRIBUTES_OFFSET, attributes | TIMESTAMP_TYPE_MASK)
+    INT64.pack_into(buf, pos + MAX_TIMESTAMP_OFFSET, timestamp)
     rewrite_crc(buf, pos)
 
 
@@ -262,11 +259,11 @@ def rewrite_crc(buf: WritableBuffer, pos: int) -> None:
     """Recompute the CRC of the batch at ``pos`` after changing CRC-covered header fields."""
     if pos < 0 or len(buf) - pos < RECORD_BATCH_OVERHEAD:
         raise ProtocolError(f"record batch header at {pos} is truncated")
-    (length,) = _INT32.unpack_from(buf, pos + BATCH_LENGTH_OFFSET)
+    (length,) = INT32.unpack_from(buf, pos + BATCH_LENGTH_OFFSET)
     end = pos + LOG_OVERHEAD + length
     if length < MIN_BATCH_LENGTH or end > len(buf):
         raise ProtocolError(f"record batch at {pos} with length {length} does not fit the buffer")
-    _UINT32.pack_into(buf, pos + CRC_OFFSET, checksum.crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET : end]))
+    UINT32.pack_into(buf, pos + CRC_OFFSET, checksum.crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET : end]))
 
 
 # -- records ------------------------------------------------------------------------------------
@@ -595,7 +592,7 @@ def build_batch(
         base_offset, len(batch) - LOG_OVERHEAD, partition_leader_epoch, MAGIC_V2, 0, attributes,
         last_delta, base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence, count,
     )  # fmt: skip
-    _UINT32.pack_into(batch, CRC_OFFSET, checksum.crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:]))
+    UINT32.pack_into(batch, CRC_OFFSET, checksum.crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:]))
     return bytes(batch)
 
 

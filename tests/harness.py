@@ -101,6 +101,25 @@ class BrokerProcess:
     def output(self) -> str:
         return self.log_path.read_text() if self.log_path.exists() else ""
 
+    def stop_cleanly(self) -> str:
+        """Stop; the broker must exit with 0 and have logged no traceback and no unexpected error.
+        Returns what it logged."""
+        rc = self.stop()
+        output = self.output()
+        assert rc == 0, output[-3000:]
+        assert "Traceback" not in output and "unexpected error" not in output, output[-5000:]
+        return output
+
+    def __enter__(self) -> BrokerProcess:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        """A block that ended well must have kept the broker clean (stop_cleanly)."""
+        if exc_type is None:
+            self.stop_cleanly()
+        else:
+            self.stop()
+
 
 def connect(port: int, attempts: int = 5) -> socket.socket:
     """A connection to 127.0.0.1:port. A refused connect is tried again a few times, as a real
@@ -168,6 +187,12 @@ class RawClient:
 
     def close(self) -> None:
         self.sock.close()
+
+    def __enter__(self) -> RawClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 async def start_inprocess(tmp_path: Path, **overrides: str) -> Any:

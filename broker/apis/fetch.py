@@ -67,11 +67,7 @@ def _resolve(ctx: RequestContext, request: M.FetchRequest, version: int) -> list
     readable = _readable(ctx, request, version)
     targets = []
     for t in request.topics:
-        if version >= 13:
-            info = broker.metadata.topic_by_id(t.topic_id)
-            name = info.name if info is not None else None
-        else:
-            name = t.topic
+        name = broker.metadata.topic_name(t.topic_id) if version >= 13 else t.topic
         denied = readable is not None and name is not None and not readable(name)
         for p in t.partitions:
             partition = broker.partitions.get(name, p.partition) if name is not None and not denied else None

@@ -106,11 +106,7 @@ async def handle_produce(ctx: RequestContext, request: M.ProduceRequest) -> M.Pr
     responses = []
     pending = []
     for topic in request.topic_data:
-        if version >= 13:
-            info = broker.metadata.topic_by_id(topic.topic_id)
-            name = info.name if info is not None else None
-        else:
-            name = topic.name
+        name = broker.metadata.topic_name(topic.topic_id) if version >= 13 else topic.name
         out = R.TopicProduceResponse(name=topic.name, topic_id=topic.topic_id, partition_responses=[])
         responses.append(out)
         denied = authorizer is not None and name is not None and not authorize(ctx, Op.WRITE, Res.TOPIC, name)

@@ -21,13 +21,14 @@ import asyncio
 import uuid
 from collections.abc import Callable, Iterable
 
+from broker.apis.consumer_group import describe_modern_groups
 from broker.apis.context import RequestContext
 from broker.apis.group import coordinator_of, release_on_next_request, request_info
 from broker.apis.registry import api
 from broker.metadata import features
 from broker.observability.logger import get_logger
 from broker.security.acl import AUTHORIZATION_MESSAGES
-from broker.security.authz import Op, Res, authorize, authorized_operations, filter_authorized
+from broker.security.authz import Op, Res, authorize, filter_authorized
 from broker.security.quotas import Entity, throttle
 from broker.share.engine import AckBatch, AckType
 from broker.share.manager import PartitionResult, SharePartitionManager
@@ -96,37 +97,19 @@ def _initialize(ctx: RequestContext, group_id: str,
 @api(77)
 async def handle_share_group_describe(ctx: RequestContext, request: M.ShareGroupDescribeRequest
                                       ) -> M.ShareGroupDescribeResponse:
-    group_ids = list(request.group_ids)
     D = M.ShareGroupDescribeResponse.DescribedGroup
-    denied: list[M.ShareGroupDescribeResponse.DescribedGroup] = []
-    try:
-        if not share_groups_enabled(ctx):
-            raise UNSUPPORTED
-        allowed = [g for g in group_ids if authorize(ctx, Op.DESCRIBE, Res.GROUP, g)]
-        denied = [D(group_id=g, error_code=E.GROUP_AUTHORIZATION_FAILED) for g in group_ids if g not in allowed]
-        groups = await coordinator_of(ctx).share_group_describe(allowed) if allowed else []
-    except KafkaError as exc:
-        groups = [D(group_id=g, error_code=exc.code) for g in group_ids if g not in {d.group_id for d in denied}]
-    if request.include_authorized_operations:
-        for g in groups:
-            if g.error_code == E.NONE:
-                g.authorized_operations = authorized_operations(ctx, Res.GROUP, g.group_id)
-    groups = denied + groups
-    if ctx.broker.authorizer is not None:
-        groups = [_hide_unauthorized_topics(ctx, g) for g in groups]
-    return M.ShareGroupDescribeResponse(groups=groups)
+    if not share_groups_enabled(ctx):
+        return M.ShareGroupDescribeResponse(groups=[
+            D(group_id=g, error_code=UNSUPPORTED.code) for g in request.group_ids])
+    return M.ShareGroupDescribeResponse(groups=await describe_modern_groups(
+        ctx, list(request.group_ids), request.include_authorized_operations, D,
+        lambda ids: coordinator_of(ctx).share_group_describe(ids), _topics))
 
 
-def _hide_unauthorized_topics(ctx: RequestContext, group: M.ShareGroupDescribeResponse.DescribedGroup
-                              ) -> M.ShareGroupDescribeResponse.DescribedGroup:
-    """A group whose members hold topics the principal may not describe is not shown (KafkaApis)."""
-    names = {tp.topic_name for m in group.members or [] if m.assignment is not None
-             for tp in m.assignment.topic_partitions}
-    if len(filter_authorized(ctx, Op.DESCRIBE, Res.TOPIC, names)) == len(names):
-        return group
-    return M.ShareGroupDescribeResponse.DescribedGroup(
-        group_id=group.group_id, error_code=E.TOPIC_AUTHORIZATION_FAILED, members=[],
-        error_message="The group has described topic(s) that the client is not authorized to describe.")
+def _topics(group: M.ShareGroupDescribeResponse.DescribedGroup) -> set[str]:
+    """The topics of the members' assignments."""
+    return {tp.topic_name for m in group.members or [] if m.assignment is not None
+            for tp in m.assignment.topic_partitions}
 
 
 # ----- acknowledgements --------------------------------------------------------------------

@@ -126,6 +126,11 @@ class MetadataStore:
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
         return self.image.topics_by_id.get(topic_id)
 
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        """The name of the topic with this id (None: no such topic), as MetadataCache.getTopicName."""
+        info = self.image.topics_by_id.get(topic_id)
+        return info.name if info is not None else None
+
     @property
     def topics(self) -> dict[str, TopicInfo]:
         return self.image.topics

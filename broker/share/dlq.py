@@ -219,8 +219,7 @@ class BrokerDlqCluster:
         return TopicView(name, info.partitions, dict(info.configs), max_bytes)
 
     def topic_name(self, topic_id: uuid.UUID) -> str | None:
-        info = self.broker.metadata.topic_by_id(topic_id)
-        return None if info is None else str(info.name)
+        return self.broker.metadata.topic_name(topic_id)
 
     async def create_topic(self, name: str, configs: dict[str, str]) -> None:
         try:

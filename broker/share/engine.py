@@ -270,12 +270,8 @@ class SharePartition:
                 max_acquire = 0  # the record(s) to isolate go alone in the next fetch
                 break
             if not full or batch.offsets is not None or (record_limit and batch.size > remaining) or throttle:
-                if batch.offsets is None:
-                    whole = batch.whole
-                    assert whole is not None
-                    if whole.state is not S.AVAILABLE or whole.pending is not None:
-                        continue
-                    batch.split()
+                if not batch.split_if_available():
+                    continue
                 n = self._acquire_offsets(member_id, batch, fetched_base, last, remaining, now, record_limit, result)
                 count += n
                 if throttle and n:
@@ -400,12 +396,8 @@ class SharePartition:
                     whole.move(S.ARCHIVED)
                     archived = True
                 continue
-            if batch.offsets is None:
-                whole = batch.whole
-                assert whole is not None
-                if whole.state is not S.AVAILABLE or whole.pending is not None:
-                    continue
-                batch.split()
+            if not batch.split_if_available():
+                continue
             assert batch.offsets is not None
             for offset, st in batch.offsets.items():
                 if lo <= offset < hi and st.state is S.AVAILABLE and st.pending is None:

@@ -125,6 +125,17 @@ class InFlightBatch:
             self.whole = None
         return self.offsets
 
+    def split_if_available(self) -> bool:
+        """Per-offset states for a batch still tracked whole only when it is AVAILABLE and in no
+        transition; False when it is not (nothing in it may be acquired or archived now)."""
+        if self.offsets is None:
+            whole = self.whole
+            assert whole is not None
+            if whole.state is not S.AVAILABLE or whole.pending is not None:
+                return False
+            self.split()
+        return True
+
     def states(self) -> list[tuple[int, int, InFlightState]]:
         """(first, last, state) pieces: the whole batch, or one piece per offset."""
         if self.offsets is None:

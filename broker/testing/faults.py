@@ -373,11 +373,7 @@ class Faults:
 
     @staticmethod
     def _resolver(ctx: RequestContext) -> Callable[[Any], str | None]:
-        def resolve(topic_id: Any) -> str | None:
-            info = ctx.broker.metadata.topic_by_id(topic_id)
-            return info.name if info is not None else None
-
-        return resolve
+        return ctx.broker.metadata.topic_name
 
     # the interception point ----------------------------------------------------------------------
     async def intercept(self, ctx: RequestContext, request: Any, handler: Handler) -> Any:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -197,3 +198,37 @@ def spread(cluster: ProcessCluster, topic: str, partitions: int) -> dict[int, in
     found = wait_leaders(cluster, topic, lambda ls: len(ls) == partitions and min(ls.values()) >= 0)
     assert set(found.values()) == set(cluster.nodes), "not led by every node: %s" % found
     return found
+
+
+def read_to_end(cluster: ProcessCluster, topic: str, partitions: int, want: int, timeout: float = 30.0,
+                isolation: str = "read_uncommitted", errors_fail: bool = False) -> list[bytes]:
+    """The values of `topic` from its start until `want` came and every partition is at its end
+    (a confluent-kafka consumer assigned all partitions). An error message fails the read when
+    `errors_fail`, and is passed over otherwise (a failover in progress)."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "reader-" + uuid.uuid4().hex[:6],
+                         "isolation.level": isolation, "enable.auto.commit": False, "enable.partition.eof": True})
+    got: list[bytes] = []
+    at_end: set[int] = set()
+    try:
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+
+        def done() -> bool:
+            for msg in consumer.consume(100, 0.2):
+                if msg.error() is None:
+                    got.append(msg.value())
+                    at_end.discard(msg.partition())
+                elif msg.error().code() == -191:  # _PARTITION_EOF
+                    at_end.add(msg.partition())
+                elif errors_fail:
+                    raise KafkaException(msg.error())
+            return len(got) >= want and len(at_end) == partitions
+
+        try:
+            wait_for(done, timeout, interval=0, what="%d records of %s" % (want, topic))
+        except TimeoutError as exc:
+            raise AssertionError("%s: read %d, at the end of %s" % (exc, len(got), sorted(at_end))) from None
+    finally:
+        consumer.close()
+    return got

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 
 from protocol import messages as M
 from protocol.errors import ErrorCode
@@ -26,6 +26,7 @@ from tests.cluster.nodes import (
     key_coordinated_by,
     live_brokers,
     need_etcd,
+    read_to_end,
     roles,
     shared_cluster,
     spread,
@@ -169,32 +170,6 @@ class Acks:
         assert not self.errors, self.errors
 
 
-def read_all(cluster: ProcessCluster, topic: str, partitions: int, want: int, timeout: float = 30.0) -> list[bytes]:
-    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "reader-" + uuid.uuid4().hex[:6],
-                         "enable.auto.commit": False, "enable.partition.eof": True})
-    got: list[bytes] = []
-    at_end: set[int] = set()
-    try:
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-
-        def done() -> bool:
-            for msg in consumer.consume(100, 0.2):
-                if msg.error() is None:
-                    got.append(msg.value())
-                    at_end.discard(msg.partition())
-                elif msg.error().code() == -191:  # _PARTITION_EOF
-                    at_end.add(msg.partition())
-            return len(got) >= want and len(at_end) == partitions
-
-        try:
-            wait_for(done, timeout, interval=0, what="%d records of %s" % (want, topic))
-        except TimeoutError as exc:
-            raise AssertionError("%s: read %d, at the end of %s" % (exc, len(got), sorted(at_end))) from None
-    finally:
-        consumer.close()
-    return got
-
-
 def refused_in_time(cluster: ProcessCluster, prefix: str) -> None:
     """Without etcd: on every node a metadata change is refused retriably and a coordinator that
     needs a new internal topic is not available, both answered at once (not after a timeout)."""
@@ -237,7 +212,7 @@ def test_etcd_lost_while_running_and_back(fresh: ProcessCluster) -> None:
         assert leaders_of(fresh.node(node).port, "before") == leaders
     refused_in_time(fresh, "later")  # the leases are lost by now: no node calls itself the controller
     every = idempotent.acked + plain.acked
-    assert sorted(read_all(fresh, "before", partitions, len(every))) == sorted(every)
+    assert sorted(read_to_end(fresh, "before", partitions, len(every))) == sorted(every)
 
     fresh.etcd.start()
     back = time.monotonic()
@@ -248,6 +223,6 @@ def test_etcd_lost_while_running_and_back(fresh: ProcessCluster) -> None:
     spread(fresh, "after", partitions)
     fresh_producer = Acks(fresh, idempotent=True)
     fresh_producer.send("after", partitions, "d")
-    assert sorted(read_all(fresh, "after", partitions, len(fresh_producer.acked))) == sorted(fresh_producer.acked)
-    assert sorted(read_all(fresh, "before", partitions, len(every))) == sorted(every)
+    assert sorted(read_to_end(fresh, "after", partitions, len(fresh_producer.acked))) == sorted(fresh_producer.acked)
+    assert sorted(read_to_end(fresh, "before", partitions, len(every))) == sorted(every)
     print("etcd back: CreateTopics works again after %.2f s" % recovered)

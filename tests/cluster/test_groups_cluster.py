@@ -22,7 +22,6 @@ from confluent_kafka import (
     KafkaException,
     Producer,
     ShareConsumer,
-    TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaAdminClient, KafkaConsumer
@@ -39,6 +38,7 @@ from tests.cluster.nodes import (
     coordinator,
     key_coordinated_by,
     metadata,
+    read_to_end,
     shared_cluster,
     spread,
 )
@@ -330,34 +330,6 @@ def test_share_group_offsets_described_across_nodes(cluster: ProcessCluster) -> 
 
 
 # a transaction ------------------------------------------------------------------------------------
-def read_committed(cluster: ProcessCluster, topic: str, want: int, timeout: float = 30.0) -> list[bytes]:
-    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "reader-" + uuid.uuid4().hex[:6],
-                         "isolation.level": "read_committed", "enable.auto.commit": False,
-                         "enable.partition.eof": True})
-    got: list[bytes] = []
-    at_end: set[int] = set()
-    try:
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-
-        def done() -> bool:
-            for msg in consumer.consume(100, 0.2):
-                if msg.error() is None:
-                    got.append(msg.value())
-                    at_end.discard(msg.partition())
-                elif msg.error().code() == -191:  # _PARTITION_EOF
-                    at_end.add(msg.partition())
-                else:
-                    raise KafkaException(msg.error())
-            return len(got) >= want and len(at_end) == PARTITIONS
-
-        wait_for(done, timeout, interval=0, what="the committed records of %s" % topic)
-    finally:
-        consumer.close()
-    return got
-
-
-
-
 @pytest.mark.parametrize("group_node_is_txn_node", [
     True, False])
 def test_consume_transform_produce_transaction(cluster: ProcessCluster, group_node_is_txn_node: bool) -> None:
@@ -400,6 +372,6 @@ def test_consume_transform_produce_transaction(cluster: ProcessCluster, group_no
     finally:
         consumer.close()
     assert transformed == TOTAL
-    got = read_committed(cluster, sink, TOTAL)
+    got = read_to_end(cluster, sink, PARTITIONS, TOTAL, isolation="read_committed", errors_fail=True)
     assert sorted(got) == sorted(b"out:" + v for v in sent)
     assert committed(cluster, group) == {p: PER_PARTITION for p in range(PARTITIONS)}

@@ -5,14 +5,18 @@ port of 127.0.0.1 with a fresh data dir); tests that stop or kill a broker proce
 tests.harness.BrokerProcess themselves. A module changes its settings with a module-level
 `BROKER_OVERRIDES = {"property": "value"}`. `create_topic` makes topics with raw CreateTopics
 frames, so tests of one client do not depend on another client's admin support; `topic_name`
-gives each test its own topic name. When the module is done the broker must have logged no
-error, whatever the clients sent (but those holding a text of `EXPECTED_BROKER_ERRORS`).
+gives each test its own topic name; the clients a test puts in `closing` are closed after it;
+`consume_until` reads a confluent-kafka Consumer until enough messages came.
+When the module is done the broker must have logged no error, whatever the clients sent (but
+those holding a text of `EXPECTED_BROKER_ERRORS`).
 """
 
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -45,6 +49,18 @@ def create_topic(kafka: BrokerProcess | EmbeddedBroker, name: str, partitions: i
     assert result.error_code == 0, (result.error_code, result.error_message)
 
 
+def consume_until(consumer: Any, expected: int, timeout: float = 30, num_messages: int = 1000) -> list[Any]:
+    """A confluent-kafka Consumer's messages until `expected` arrived or `timeout` passed; an
+    error message fails the test."""
+    out: list[Any] = []
+    deadline = time.monotonic() + timeout
+    while len(out) < expected and time.monotonic() < deadline:
+        for msg in consumer.consume(num_messages=num_messages, timeout=0.5):
+            assert msg.error() is None, msg.error()
+            out.append(msg)
+    return out
+
+
 @pytest.fixture(scope="module")
 def kafka(request: pytest.FixtureRequest) -> Iterator[CompatBroker]:
     with CompatBroker(dict(getattr(request.module, "BROKER_OVERRIDES", {}))) as broker:
@@ -59,3 +75,15 @@ def kafka(request: pytest.FixtureRequest) -> Iterator[CompatBroker]:
 def topic_name(request: pytest.FixtureRequest) -> str:
     """A topic name unique to the test (its node name made legal)."""
     return re.sub(r"[^a-zA-Z0-9._-]", "_", request.node.name)[:200]
+
+
+@pytest.fixture
+def closing() -> Iterator[list[Any]]:
+    """Clients closed at the end of the test, whatever happened."""
+    made: list[Any] = []
+    yield made
+    for c in made:
+        try:
+            c.close()
+        except Exception:
+            pass

@@ -31,11 +31,8 @@ TIMEOUT = 15
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    proc = BrokerProcess(tmp_path_factory.mktemp("admin") / "data").start()
-    try:
+    with BrokerProcess(tmp_path_factory.mktemp("admin") / "data") as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 def unique(prefix: str) -> str:

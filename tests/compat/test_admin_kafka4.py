@@ -20,12 +20,8 @@ TIMEOUT = 15
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    proc = BrokerProcess(tmp_path_factory.mktemp("admin4") / "data").start()
-    try:
+    with BrokerProcess(tmp_path_factory.mktemp("admin4") / "data") as proc:
         yield proc
-    finally:
-        assert proc.stop() == 0
-    assert "Traceback" not in proc.output()
 
 
 @pytest.fixture(scope="module")

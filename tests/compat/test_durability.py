@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ import pytest
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 
-from tests.compat.conftest import create_topic  # noqa: E402
+from tests.compat.conftest import consume_until, create_topic  # noqa: E402
 from tests.harness import BrokerProcess, wait_for  # noqa: E402
 
 PARTITIONS = 3
@@ -28,12 +27,7 @@ def read_everything(bootstrap: str, topic: str, expected: int, timeout: float = 
                   "isolation.level": "read_uncommitted"})
     try:
         c.assign([TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING) for p in range(PARTITIONS)])
-        out: list[Any] = []
-        deadline = time.monotonic() + timeout
-        while len(out) < expected and time.monotonic() < deadline:
-            for msg in c.consume(num_messages=5000, timeout=0.5):
-                assert msg.error() is None, msg.error()
-                out.append(msg)
+        out = consume_until(c, expected, timeout, num_messages=5000)
         # anything beyond `expected` (duplicates) would show up on one more round
         for msg in c.consume(num_messages=5000, timeout=0.5):
             assert msg.error() is None, msg.error()

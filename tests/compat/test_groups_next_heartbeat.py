@@ -23,7 +23,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -37,18 +37,6 @@ from tests.harness import BrokerProcess
 @pytest.fixture
 def group_id() -> str:
     return "next-hb-" + uuid.uuid4().hex[:10]
-
-
-@pytest.fixture
-def closing() -> Iterator[list[Any]]:
-    """Clients closed at the end of the test, whatever happened."""
-    made: list[Any] = []
-    yield made
-    for c in made:
-        try:
-            c.close()
-        except Exception:
-            pass
 
 
 def produce(kafka: BrokerProcess, records: Sequence[tuple[str, int | None, bytes]]) -> None:

@@ -10,7 +10,7 @@ import pytest
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition  # noqa: E402
 
-from tests.compat.conftest import create_topic  # noqa: E402
+from tests.compat.conftest import consume_until, create_topic  # noqa: E402
 from tests.harness import BrokerProcess  # noqa: E402
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
@@ -44,13 +44,7 @@ def consume_all(kafka: BrokerProcess, topic: str, partitions: int, expected: int
                   "enable.partition.eof": False, **(config or {})})
     try:
         c.assign([TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING) for p in range(partitions)])
-        out: list[Any] = []
-        deadline = time.monotonic() + timeout
-        while len(out) < expected and time.monotonic() < deadline:
-            for msg in c.consume(num_messages=1000, timeout=0.5):
-                assert msg.error() is None, msg.error()
-                out.append(msg)
-        return out
+        return consume_until(c, expected, timeout)
     finally:
         c.close()
 

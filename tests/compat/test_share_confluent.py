@@ -12,7 +12,6 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,17 +38,6 @@ BROKER_OVERRIDES = {
 @pytest.fixture
 def group_id() -> str:
     return "share-" + uuid.uuid4().hex[:10]
-
-
-@pytest.fixture
-def consumers() -> Iterator[list[ShareConsumer]]:
-    made: list[ShareConsumer] = []
-    yield made
-    for c in made:
-        try:
-            c.close()
-        except Exception:
-            pass
 
 
 def set_group_configs(kafka: BrokerProcess, group_id: str, **configs: str) -> None:
@@ -116,25 +104,25 @@ def poll_until(c: ShareConsumer, want: int, timeout: float = 30.0, idle: float |
 
 
 def test_implicit_acknowledgement_delivers_each_record_once(kafka: BrokerProcess, topic_name: str, group_id: str,
-                                                             consumers: list[ShareConsumer]) -> None:
+                                                             closing: list[ShareConsumer]) -> None:
     create_topic(kafka, topic_name, 2)
     set_group_configs(kafka, group_id, **{"share.auto.offset.reset": "earliest"})
     produce(kafka, topic_name, 40, partitions=2)
-    first = share_consumer(kafka, group_id, consumers, topic_name)
+    first = share_consumer(kafka, group_id, closing, topic_name)
     got = poll_until(first, 40)
     assert sorted((p, o) for p, o, _ in got) == sorted((i % 2, i // 2) for i in range(40))
     assert {d for _, _, d in got} == {1}
     first.commit_sync(10)  # librdkafka's close does not acknowledge the last poll's records
     first.close()
-    consumers.remove(first)
+    closing.remove(first)
     # accepted: a new member of the group gets nothing of it, only what comes next
-    second = share_consumer(kafka, group_id, consumers, topic_name)
+    second = share_consumer(kafka, group_id, closing, topic_name)
     produce(kafka, topic_name, 2, partitions=2, start=40)
     assert sorted((p, o) for p, o, _ in poll_until(second, 2, idle=5)) == [(0, 20), (1, 20)]
 
 
 def test_the_first_poll_holds_one_partitions_records(kafka: BrokerProcess, topic_name: str, group_id: str,
-                                                     consumers: list[ShareConsumer]) -> None:
+                                                     closing: list[ShareConsumer]) -> None:
     """librdkafka's test 0179 (destroy_with_explicit_ack): 50 records in each of two partitions;
     the first non-empty poll holds one partition's 50, the second the other's. As Kafka: the
     share-partitions load at the first ShareFetch, which answers with the first to load."""
@@ -145,7 +133,7 @@ def test_the_first_poll_holds_one_partitions_records(kafka: BrokerProcess, topic
         for i in range(50):
             p.produce(topic_name, value=b"v%d" % i, partition=partition)
         assert p.flush(10) == 0
-    c = share_consumer(kafka, group_id, consumers, topic_name, explicit=True)
+    c = share_consumer(kafka, group_id, closing, topic_name, explicit=True)
     batches: list[list[tuple[int, int]]] = []
     deadline = time.monotonic() + 60
     while sum(map(len, batches)) < 100 and time.monotonic() < deadline:
@@ -163,7 +151,7 @@ def test_the_first_poll_holds_one_partitions_records(kafka: BrokerProcess, topic
 
 
 def test_partitions_are_served_in_turn(kafka: BrokerProcess, topic_name: str, group_id: str,
-                                       consumers: list[ShareConsumer]) -> None:
+                                       closing: list[ShareConsumer]) -> None:
     """max.poll.records 10 (the ShareFetch's MaxRecords) and 100 records in each of two
     partitions, in batches of 10: a fetch takes them from the first partition in its order only,
     and Kafka's rotation by the share session epoch starts the next fetch at the other one."""
@@ -176,7 +164,7 @@ def test_partitions_are_served_in_turn(kafka: BrokerProcess, topic_name: str, gr
                 p.produce(topic_name, value=b"v%d" % (10 * batch + i), partition=partition)
             assert p.flush(10) == 0  # one log batch each
     c = ShareConsumer({"bootstrap.servers": kafka.bootstrap, "group.id": group_id, "max.poll.records": 10})
-    consumers.append(c)
+    closing.append(c)
     c.subscribe([topic_name])
     served: list[int] = []
     got: list[tuple[int, int]] = []
@@ -196,11 +184,11 @@ def test_partitions_are_served_in_turn(kafka: BrokerProcess, topic_name: str, gr
 
 
 def test_explicit_acknowledgement(kafka: BrokerProcess, topic_name: str, group_id: str,
-                                  consumers: list[ShareConsumer]) -> None:
+                                  closing: list[ShareConsumer]) -> None:
     create_topic(kafka, topic_name, 1)
     set_group_configs(kafka, group_id, **{"share.auto.offset.reset": "earliest"})
     produce(kafka, topic_name, 10)
-    c = share_consumer(kafka, group_id, consumers, topic_name, explicit=True)
+    c = share_consumer(kafka, group_id, closing, topic_name, explicit=True)
     results: list[Any] = []
 
     def accept(consumer: ShareConsumer, m: Any) -> None:
@@ -214,10 +202,10 @@ def test_explicit_acknowledgement(kafka: BrokerProcess, topic_name: str, group_i
 
 
 def test_four_members_on_two_partitions_all_receive_and_none_twice(
-        kafka: BrokerProcess, topic_name: str, group_id: str, consumers: list[ShareConsumer]) -> None:
+        kafka: BrokerProcess, topic_name: str, group_id: str, closing: list[ShareConsumer]) -> None:
     create_topic(kafka, topic_name, 2)
     set_group_configs(kafka, group_id, **{"share.auto.offset.reset": "earliest"})
-    members = [share_consumer(kafka, group_id, consumers, topic_name) for _ in range(4)]
+    members = [share_consumer(kafka, group_id, closing, topic_name) for _ in range(4)]
     total = 3000
     seen: list[list[tuple[int, int, int]]] = [[] for _ in members]
     done = threading.Event()
@@ -254,7 +242,7 @@ def test_four_members_on_two_partitions_all_receive_and_none_twice(
 
 
 def test_a_killed_member_gives_its_records_back(kafka: BrokerProcess, topic_name: str, group_id: str,
-                                                 consumers: list[ShareConsumer]) -> None:
+                                                 closing: list[ShareConsumer]) -> None:
     """librdkafka's connection closes with the process: as in Kafka the share session ends and
     its acquired records are released at once, their delivery not counted."""
     create_topic(kafka, topic_name, 1)
@@ -267,14 +255,14 @@ def test_a_killed_member_gives_its_records_back(kafka: BrokerProcess, topic_name
         child.kill()
     finally:
         child.kill()
-    other = share_consumer(kafka, group_id, consumers, topic_name)
+    other = share_consumer(kafka, group_id, closing, topic_name)
     got = poll_until(other, 5)
     assert sorted(o for _, o, _ in got) == [0, 1, 2, 3, 4]
     assert {d for _, _, d in got} == {1}
 
 
 def test_a_stalled_member_loses_its_records_at_the_lock_expiry(
-        kafka: BrokerProcess, topic_name: str, group_id: str, consumers: list[ShareConsumer]) -> None:
+        kafka: BrokerProcess, topic_name: str, group_id: str, closing: list[ShareConsumer]) -> None:
     """A member that keeps its connection but stops (SIGSTOP) holds its records until their
     acquisition locks run out; another member then gets them with delivery count 2."""
     create_topic(kafka, topic_name, 1)
@@ -287,7 +275,7 @@ def test_a_stalled_member_loses_its_records_at_the_lock_expiry(
         wait_for(lambda: len(child.records) >= 5, 30, what="the child to get the records")
         child.proc.send_signal(signal.SIGSTOP)
         stopped = time.monotonic()
-        other = share_consumer(kafka, group_id, consumers, topic_name)
+        other = share_consumer(kafka, group_id, closing, topic_name)
         got = poll_until(other, 5, timeout=30)
         assert sorted(o for _, o, _ in got) == [0, 1, 2, 3, 4]
         assert {d for _, _, d in got} == {2}
@@ -297,11 +285,11 @@ def test_a_stalled_member_loses_its_records_at_the_lock_expiry(
 
 
 def test_release_until_the_delivery_limit_then_archived(kafka: BrokerProcess, topic_name: str, group_id: str,
-                                                         consumers: list[ShareConsumer]) -> None:
+                                                         closing: list[ShareConsumer]) -> None:
     create_topic(kafka, topic_name, 1)
     set_group_configs(kafka, group_id, **{"share.auto.offset.reset": "earliest", "share.delivery.count.limit": "3"})
     produce(kafka, topic_name, 3)
-    c = share_consumer(kafka, group_id, consumers, topic_name, explicit=True)
+    c = share_consumer(kafka, group_id, closing, topic_name, explicit=True)
 
     def release(consumer: ShareConsumer, m: Any) -> None:
         consumer.acknowledge(m, AcknowledgeType.RELEASE)
@@ -319,11 +307,11 @@ def test_release_until_the_delivery_limit_then_archived(kafka: BrokerProcess, to
 
 
 def test_reject_is_never_redelivered(kafka: BrokerProcess, topic_name: str, group_id: str,
-                                     consumers: list[ShareConsumer]) -> None:
+                                     closing: list[ShareConsumer]) -> None:
     create_topic(kafka, topic_name, 1)
     set_group_configs(kafka, group_id, **{"share.auto.offset.reset": "earliest"})
     produce(kafka, topic_name, 4)
-    c = share_consumer(kafka, group_id, consumers, topic_name, explicit=True)
+    c = share_consumer(kafka, group_id, closing, topic_name, explicit=True)
 
     def reject(consumer: ShareConsumer, m: Any) -> None:
         consumer.acknowledge(m, AcknowledgeType.REJECT)
@@ -331,12 +319,12 @@ def test_reject_is_never_redelivered(kafka: BrokerProcess, topic_name: str, grou
     assert len(poll_until(c, 4, on_message=reject)) == 4
     c.commit_sync(10)
     assert poll_until(c, 1, timeout=3) == []
-    other = share_consumer(kafka, group_id, consumers, topic_name)
+    other = share_consumer(kafka, group_id, closing, topic_name)
     assert poll_until(other, 1, timeout=3) == []
 
 
 def test_dead_letter_queue_contents_and_headers(kafka: BrokerProcess, topic_name: str, group_id: str,
-                                                consumers: list[ShareConsumer]) -> None:
+                                                closing: list[ShareConsumer]) -> None:
     """KIP-1191: rejected records and records out of deliveries land in the group's DLQ topic (made
     with confluent-kafka's admin) with the __dlq.errors.* headers, read back by a classic consumer."""
     dlq = "dlq." + topic_name
@@ -348,7 +336,7 @@ def test_dead_letter_queue_contents_and_headers(kafka: BrokerProcess, topic_name
                                           "errors.deadletterqueue.topic.name": dlq,
                                           "errors.deadletterqueue.copy.record.enable": "true"})
     produce(kafka, topic_name, 4, partitions=2)  # v0, v2 in partition 0; v1, v3 in partition 1
-    c = share_consumer(kafka, group_id, consumers, topic_name, explicit=True)
+    c = share_consumer(kafka, group_id, closing, topic_name, explicit=True)
 
     def reject_even_release_odd(consumer: ShareConsumer, m: Any) -> None:
         odd = int(m.value()[1:]) % 2
@@ -386,7 +374,7 @@ def test_dead_letter_queue_contents_and_headers(kafka: BrokerProcess, topic_name
 
 
 def test_read_committed_skips_aborted_transactions(kafka: BrokerProcess, topic_name: str, group_id: str,
-                                                    consumers: list[ShareConsumer]) -> None:
+                                                    closing: list[ShareConsumer]) -> None:
     create_topic(kafka, topic_name, 1)
     set_group_configs(kafka, group_id, **{"share.auto.offset.reset": "earliest",
                                           "share.isolation.level": "read_committed"})
@@ -401,7 +389,7 @@ def test_read_committed_skips_aborted_transactions(kafka: BrokerProcess, topic_n
             p.commit_transaction(10)
         else:
             p.abort_transaction(10)
-    c = share_consumer(kafka, group_id, consumers, topic_name)
+    c = share_consumer(kafka, group_id, closing, topic_name)
     values: list[bytes] = []
     deadline = time.monotonic() + 20
     while len(values) < 6 and time.monotonic() < deadline:

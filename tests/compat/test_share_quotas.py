@@ -77,16 +77,24 @@ def produce_burst(kafka: BrokerProcess, topic: str, count: int, size: int, **con
     assert p.flush(30) == 0
 
 
-def test_throttle_cb_fires_under_quota(kafka: BrokerProcess, topic_name: str, client_id: Any) -> None:
+def throttled_share_consumer(kafka: BrokerProcess, topic: str, client_id: Any, events: list[ThrottleEvent]
+                             ) -> ShareConsumer:
+    """The set-up of confluent-kafka-python's two tests: 5,000 records of 1 KB in `topic`, a
+    ShareConsumer of a new share group (from the earliest offset) whose client id has a 1 KB/s
+    consumer_byte_rate, its throttle events appended to `events`."""
     cid = client_id(kafka, "consumer_byte_rate", 1024)
-    create_topic(kafka, topic_name)
+    create_topic(kafka, topic)
     msg_count, msg_size = 5000, 1024
-    produce_burst(kafka, topic_name, msg_count, msg_size, **SMALL_BATCHES)
+    produce_burst(kafka, topic, msg_count, msg_size, **SMALL_BATCHES)
     group = "share-" + uuid.uuid4().hex[:10]
     earliest(kafka, group)
+    return ShareConsumer({"bootstrap.servers": kafka.bootstrap, "group.id": group, "client.id": cid,
+                          "throttle_cb": events.append, "fetch.max.bytes": msg_size * msg_count})
+
+
+def test_throttle_cb_fires_under_quota(kafka: BrokerProcess, topic_name: str, client_id: Any) -> None:
     events: list[ThrottleEvent] = []
-    sc = ShareConsumer({"bootstrap.servers": kafka.bootstrap, "group.id": group, "client.id": cid,
-                        "throttle_cb": events.append, "fetch.max.bytes": msg_size * msg_count})
+    sc = throttled_share_consumer(kafka, topic_name, client_id, events)
     try:
         sc.subscribe([topic_name])
         deadline = time.monotonic() + 30
@@ -107,15 +115,8 @@ def test_throttle_cb_fires_under_quota(kafka: BrokerProcess, topic_name: str, cl
 
 
 def test_throttle_cb_emits_cleared_zero_event(kafka: BrokerProcess, topic_name: str, client_id: Any) -> None:
-    cid = client_id(kafka, "consumer_byte_rate", 1024)
-    create_topic(kafka, topic_name)
-    msg_count, msg_size = 5000, 1024
-    produce_burst(kafka, topic_name, msg_count, msg_size, **SMALL_BATCHES)
-    group = "share-" + uuid.uuid4().hex[:10]
-    earliest(kafka, group)
     events: list[ThrottleEvent] = []
-    sc = ShareConsumer({"bootstrap.servers": kafka.bootstrap, "group.id": group, "client.id": cid,
-                        "throttle_cb": events.append, "fetch.max.bytes": msg_size * msg_count})
+    sc = throttled_share_consumer(kafka, topic_name, client_id, events)
     try:
         sc.subscribe([topic_name])
         deadline = time.monotonic() + 30

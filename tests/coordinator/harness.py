@@ -1,6 +1,6 @@
-"""Drive a GroupCoordinatorShard without the runtime: operations run synchronously, records go
-to an in-memory log, timers fire on a manual clock (each expiry's operation runs before the
-next timer fires)."""
+"""Drive a coordinator shard without the runtime (ShardDriver; ShardHarness for a
+GroupCoordinatorShard): operations run synchronously, records go to an in-memory log, timers fire
+on a manual clock (each expiry's operation runs before the next timer fires)."""
 
 from __future__ import annotations
 
@@ -33,29 +33,18 @@ def sub(*topics: str) -> bytes:
     return encode_subscription(list(topics))
 
 
-class ShardHarness:
-    def __init__(self, config: GroupCoordinatorConfig = TEST_CONFIG, start_ms: int = START_MS,
-                 log: list[LoggedItem] | None = None) -> None:
-        self.config = config
+class ShardDriver:
+    """A shard's operations run as the runtime runs them, but at once: the result's records are
+    replayed (when it says so) and logged, then its on_durable runs; timers fire on a manual clock
+    and their operations run as it advances. Subclasses make `shard`."""
+
+    shard: Any
+
+    def __init__(self, start_ms: int) -> None:
         self.clock = ManualClock(start_ms)
         self.queue: deque[Op] = deque()
         self.timer = CoordinatorTimer(self.clock, self.queue.append)
-        self.shard = self._make_shard(config)
         self.log: list[LoggedItem] = []
-        if log is not None:
-            for item in log:
-                if isinstance(item, TransactionalRecord):
-                    self.shard.replay_transactional(item.producer_id, item.key, item.value)
-                elif isinstance(item, TxnMarker):
-                    self.shard.replay_end_transaction(item.producer_id, item.committed)
-                else:
-                    self.shard.replay(item[0], item[1])
-            self.log = list(log)
-        self.shard.on_loaded(self.now)
-
-    def _make_shard(self, config: GroupCoordinatorConfig) -> GroupCoordinatorShard:
-        ids = itertools.count()
-        return GroupCoordinatorShard(self.timer, config, new_uuid=lambda: "u%d" % next(ids))
 
     @property
     def now(self) -> int:
@@ -89,6 +78,28 @@ class ShardHarness:
     def advance(self, ms: int) -> None:
         self.clock.advance(ms, on_fire=self._drain)
         self._drain()
+
+
+class ShardHarness(ShardDriver):
+    def __init__(self, config: GroupCoordinatorConfig = TEST_CONFIG, start_ms: int = START_MS,
+                 log: list[LoggedItem] | None = None) -> None:
+        super().__init__(start_ms)
+        self.config = config
+        self.shard = self._make_shard(config)
+        if log is not None:
+            for item in log:
+                if isinstance(item, TransactionalRecord):
+                    self.shard.replay_transactional(item.producer_id, item.key, item.value)
+                elif isinstance(item, TxnMarker):
+                    self.shard.replay_end_transaction(item.producer_id, item.committed)
+                else:
+                    self.shard.replay(item[0], item[1])
+            self.log = list(log)
+        self.shard.on_loaded(self.now)
+
+    def _make_shard(self, config: GroupCoordinatorConfig) -> GroupCoordinatorShard:
+        ids = itertools.count()
+        return GroupCoordinatorShard(self.timer, config, new_uuid=lambda: "u%d" % next(ids))
 
     def reload(self) -> ShardHarness:
         """A fresh shard loaded from this one's log, at the same time."""
@@ -170,6 +181,16 @@ class ShardHarness:
     def committed(self, group_id: str) -> dict[tuple[str, int], int]:
         response = self.fetch(group_id)
         return {(t.name, p.partition_index): p.committed_offset for t in response.topics for p in t.partitions}
+
+    def join_two(self, group_id: str, **kw: Any) -> tuple[str, str, int]:
+        """Two new dynamic members join and the initial delay passes: the group awaits their
+        SyncGroups. Returns the leader, the follower and the generation."""
+        a = self.join_new(group_id, **kw)
+        pa = self.pending
+        b = self.join_new(group_id, **kw)
+        self.advance(6000)
+        generation, leader = pa.result().generation_id, pa.result().leader
+        return leader, (b if leader == a else a), generation
 
     def form_group(self, group_id: str, n: int, *, version: int = 5, session_ms: int = 10000,
                    rebalance_ms: int = 30000, topics: tuple[str, ...] = ("t",)) -> tuple[list[str], int]:

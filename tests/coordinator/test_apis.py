@@ -198,6 +198,18 @@ async def test_describe_groups(broker: Any, version: int) -> None:
     assert missing.error_code == (E.GROUP_ID_NOT_FOUND if version >= 6 else 0)
 
 
+async def test_describe_groups_of_the_empty_group_id(broker: Any) -> None:
+    """DescribeGroups still describes the empty group id (Kafka keeps it for backwards
+    compatibility; ConsumerGroupDescribe and ShareGroupDescribe refuse it), each id once asked."""
+    request = M.DescribeGroupsRequest(groups=["", "missing", ""], include_authorized_operations=False)
+    out = await call(broker, group_apis.handle_describe_groups, request, 5)
+    assert [(g.group_id, g.error_code, g.group_state) for g in out.groups] == [
+        ("", 0, "Dead"), ("missing", 0, "Dead"), ("", 0, "Dead")]
+    described = await broker.group_coordinator.consumer_group_describe(["", "missing"])
+    assert [(g.group_id, g.error_code) for g in described] == [
+        ("", E.INVALID_GROUP_ID), ("missing", E.GROUP_ID_NOT_FOUND)]
+
+
 @pytest.mark.parametrize("version", range(0, 6))
 async def test_list_groups(broker: Any, version: int) -> None:
     await form(broker, "stable-one")
@@ -343,3 +355,62 @@ async def test_offset_delete(broker: Any) -> None:
     assert fetch_codes(got) == {("t", 1): (2, 0)}
     missing = await call(broker, offset_apis.handle_offset_delete, M.OffsetDeleteRequest(group_id="zzz"), 0)
     assert missing.error_code == E.GROUP_ID_NOT_FOUND
+
+
+# ----- ConsumerGroupDescribe / ShareGroupDescribe with an authorizer -------------------------
+class DenyingAuthorizer:
+    """Allows everything but the resources named in `denied`."""
+
+    def __init__(self, *denied: str) -> None:
+        self.denied = set(denied)
+
+    def authorize(self, principal: str, host: str, op: int, resource_type: int, name: str, log: bool) -> bool:
+        return name not in self.denied
+
+
+class DescribingCoordinator:
+    """Describes every group it is asked for with one member holding topic `name`."""
+
+    def __init__(self, response: Any) -> None:
+        self.response = response
+        self.asked: list[list[str]] = []
+
+    def _describe(self, group_ids: list[str]) -> list[Any]:
+        self.asked.append(group_ids)
+        R = self.response
+        tps = [R.TopicPartitions(topic_id=TOPIC_ID, topic_name="t-" + g, partitions=[0]) for g in group_ids]
+        return [R.DescribedGroup(group_id=g, group_state="Stable", members=[R.Member(
+            member_id="m", member_epoch=1, assignment=R.Assignment(topic_partitions=[tp]))])
+            for g, tp in zip(group_ids, tps, strict=True)]
+
+    async def consumer_group_describe(self, group_ids: list[str]) -> list[Any]:
+        return self._describe(group_ids)
+
+    async def share_group_describe(self, group_ids: list[str]) -> list[Any]:
+        return self._describe(group_ids)
+
+
+@pytest.mark.parametrize("kind", ["consumer", "share"])
+async def test_modern_group_describe_hides_what_the_principal_may_not_see(kind: str) -> None:
+    """As KafkaApis: a group the principal may not describe comes first with
+    GROUP_AUTHORIZATION_FAILED and is not asked of the coordinator; one whose members hold a
+    topic it may not describe is TOPIC_AUTHORIZATION_FAILED with no members; the others carry
+    their authorized operations when asked."""
+    from broker.apis import consumer_group, share
+
+    handler, request, response = {
+        "consumer": (consumer_group.handle_consumer_group_describe, M.ConsumerGroupDescribeRequest,
+                     M.ConsumerGroupDescribeResponse),
+        "share": (share.handle_share_group_describe, M.ShareGroupDescribeRequest, M.ShareGroupDescribeResponse),
+    }[kind]
+    coordinator = DescribingCoordinator(response)
+    broker = SimpleNamespace(group_coordinator=coordinator, authorizer=DenyingAuthorizer("secret", "t-hidden"),
+                             metadata=SimpleNamespace(feature_level=lambda name: 1))
+    ctx = SimpleNamespace(broker=broker, api_version=0, client_id="cli", client_host="127.0.0.1",
+                          connection=SimpleNamespace(principal="User:alice", listener=None))
+    got = await handler(ctx, request(group_ids=["open", "secret", "hidden"], include_authorized_operations=True))
+    assert coordinator.asked == [["open", "hidden"]]
+    assert [(g.group_id, g.error_code, len(g.members or [])) for g in got.groups] == [
+        ("secret", E.GROUP_AUTHORIZATION_FAILED, 0), ("open", E.NONE, 1), ("hidden", E.TOPIC_AUTHORIZATION_FAILED, 0)]
+    assert got.groups[1].authorized_operations > 0
+    assert got.groups[2].error_message == "The group has described topic(s) that the client is not authorized to describe."

@@ -141,12 +141,7 @@ def test_sync_waits_for_the_leader_and_persists_the_assignment(h: ShardHarness) 
 
 
 def test_leader_leaving_out_a_member_gives_it_an_empty_assignment(h: ShardHarness) -> None:
-    a = h.join_new("g")
-    pa = h.pending
-    b = h.join_new("g")
-    h.advance(6000)
-    gen, leader = pa.result().generation_id, pa.result().leader
-    follower = b if leader == a else a
+    leader, follower, gen = h.join_two("g")
     fs = h.sync("g", follower, gen)
     h.sync("g", leader, gen, assignments={leader: b"L"})
     assert fs.result().error_code == E.NONE and fs.result().assignment == b""
@@ -278,26 +273,15 @@ def test_follower_rejoin_when_stable_returns_current_generation(h: ShardHarness)
 
 
 def test_rejoin_while_completing_with_same_metadata(h: ShardHarness) -> None:
-    a = h.join_new("g")
-    pa = h.pending
-    b = h.join_new("g")
-    h.advance(6000)
-    gen = pa.result().generation_id
-    leader = pa.result().leader
+    leader, follower, gen = h.join_two("g")
     again = h.join("g", leader).result()
     assert again.generation_id == gen and len(again.members) == 2
-    other = b if leader == a else a
-    assert h.join("g", other).result().members == []
+    assert h.join("g", follower).result().members == []
     assert h.group("g").state is S.COMPLETING_REBALANCE
 
 
 def test_new_member_during_completing_rebalance_resets_parked_syncs(h: ShardHarness) -> None:
-    a = h.join_new("g")
-    pa = h.pending
-    b = h.join_new("g")
-    h.advance(6000)
-    gen, leader = pa.result().generation_id, pa.result().leader
-    follower = b if leader == a else a
+    leader, follower, gen = h.join_two("g")
     fs = h.sync("g", follower, gen)
     h.join("g", version=3)  # a newcomer: the group rebalances
     assert fs.result().error_code == E.REBALANCE_IN_PROGRESS
@@ -305,12 +289,7 @@ def test_new_member_during_completing_rebalance_resets_parked_syncs(h: ShardHarn
 
 
 def test_members_that_never_sync_are_removed(h: ShardHarness) -> None:
-    a = h.join_new("g", rebalance_ms=20000, session_ms=60000)
-    pa = h.pending
-    b = h.join_new("g", rebalance_ms=20000, session_ms=60000)
-    h.advance(6000)
-    gen, leader = pa.result().generation_id, pa.result().leader
-    follower = b if leader == a else a
+    leader, follower, gen = h.join_two("g", rebalance_ms=20000, session_ms=60000)
     h.sync("g", leader, gen, assignments={leader: b"x", follower: b"y"})
     assert h.group("g").state is S.STABLE
     h.advance(20000)

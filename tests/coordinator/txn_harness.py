@@ -1,64 +1,35 @@
-"""Drive a TransactionCoordinatorShard without the runtime: operations run synchronously, records
-go to an in-memory log, timers fire on a manual clock; the completions the shard hands over
-(markers to write) are collected and completed by the test."""
+"""Drive a TransactionCoordinatorShard without the runtime (tests.coordinator.harness.ShardDriver):
+operations run synchronously, records go to an in-memory log, timers fire on a manual clock; the
+completions the shard hands over (markers to write) are collected and completed by the test."""
 
 from __future__ import annotations
 
 import itertools
-from collections import deque
 from typing import Any
 
-from broker.coordinator.result import CoordinatorResult, Deferred, Record
-from broker.coordinator.timer import CoordinatorTimer, ManualClock, Op
+from broker.coordinator.result import Deferred, Record
 from broker.coordinator.txn.config import TransactionCoordinatorConfig
 from broker.coordinator.txn.shard import ProducerIdAndEpoch, TransactionCoordinatorShard, TxnCompletion
 from broker.coordinator.txn.state import TransactionMetadata
+from tests.coordinator.harness import START_MS, ShardDriver
 
-START_MS = 1_700_000_000_000
 
+class TxnHarness(ShardDriver):
+    shard: TransactionCoordinatorShard
 
-class TxnHarness:
     def __init__(self, config: TransactionCoordinatorConfig | None = None, start_ms: int = START_MS,
                  log: list[Record] | None = None, first_producer_id: int = 1000) -> None:
+        super().__init__(start_ms)
         self.config = config or TransactionCoordinatorConfig(num_partitions=1)
-        self.clock = ManualClock(start_ms)
-        self.queue: deque[Op] = deque()
-        self.timer = CoordinatorTimer(self.clock, self.queue.append)
         self.pids = itertools.count(first_producer_id)
         self.completions: list[TxnCompletion] = []
         self.shard = TransactionCoordinatorShard(self.timer, self.config, lambda: next(self.pids),
                                                  on_prepared=self.completions.append)
-        self.log: list[Record] = []
         if log is not None:
             for key, value in log:
                 self.shard.replay(key, value)
             self.log = list(log)
         self.shard.on_loaded(self.now)
-
-    @property
-    def now(self) -> int:
-        return self.clock.now_ms()
-
-    def run(self, op: Op) -> CoordinatorResult[Any]:
-        result = op(self.shard, self.now)
-        if result.replay:
-            for key, value in result.records:
-                self.shard.replay(key, value)
-        self.log.extend(result.records)
-        if result.on_durable is not None:
-            result.on_durable()
-        return result
-
-    def call(self, op: Op) -> Any:
-        return self.run(op).response
-
-    def advance(self, ms: int) -> None:
-        def drain() -> None:
-            while self.queue:
-                self.run(self.queue.popleft())
-
-        self.clock.advance(ms, on_fire=drain)
-        drain()
 
     def reload(self) -> TxnHarness:
         """A fresh shard loaded from this one's log, at the same time."""

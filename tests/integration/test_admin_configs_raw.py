@@ -90,8 +90,7 @@ def test_describe_topic_every_version(broker_thread: BrokerThread, client: RawCl
 
 
 def test_describe_topic_synonym_order(tmp_path: Path) -> None:
-    bt = BrokerThread(tmp_path, log_retention_hours="2", log_segment_bytes="2097152").start()
-    try:
+    with BrokerThread(tmp_path, log_retention_hours="2", log_segment_bytes="2097152") as bt:
         bt.create_topic("s", 1)
         c = bt.client()
         got = entries(describe(c, TOPIC, "s", synonyms=True))
@@ -112,8 +111,6 @@ def test_describe_topic_synonym_order(tmp_path: Path) -> None:
         assert sources["segment.bytes"] == ("2097152", 4)
         assert sources["flush.ms"] == ("9223372036854775807", 5)
         c.close()
-    finally:
-        bt.close()
 
 
 def test_describe_filters_and_errors(broker_thread: BrokerThread, client: RawClient) -> None:

@@ -98,8 +98,7 @@ def test_create_topics_every_version(broker_thread: BrokerThread, client: RawCli
 
 
 def test_create_topics_defaults_and_validate_only(tmp_path: Path) -> None:
-    bt = BrokerThread(tmp_path, num_partitions="4").start()
-    try:
+    with BrokerThread(tmp_path, num_partitions="4") as bt:
         c = bt.client()
         result = create_one(c, creatable("defaults", -1, -1))
         assert (result.error_code, result.num_partitions, result.replication_factor) == (0, 4, 1)
@@ -112,8 +111,6 @@ def test_create_topics_defaults_and_validate_only(tmp_path: Path) -> None:
         assert not (tmp_path / "data" / "dry-0").exists()
         assert create_one(c, creatable("defaults"), validate_only=True).error_code == ErrorCode.TOPIC_ALREADY_EXISTS
         c.close()
-    finally:
-        bt.close()
 
 
 def test_create_topics_replication_factor(client: RawClient) -> None:
@@ -265,11 +262,8 @@ def test_delete_internal_topic_as_kraft_does(broker_thread: BrokerThread, client
 
 @pytest.fixture
 def no_delete_broker(tmp_path: Path) -> Iterator[BrokerThread]:
-    bt = BrokerThread(tmp_path, delete_topic_enable="false").start()
-    try:
+    with BrokerThread(tmp_path, delete_topic_enable="false") as bt:
         yield bt
-    finally:
-        bt.close()
 
 
 def test_delete_topics_disabled(no_delete_broker: BrokerThread) -> None:

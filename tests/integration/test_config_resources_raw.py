@@ -80,13 +80,10 @@ def test_client_metrics_resources_and_listing(tmp_path: Path) -> None:
     finally:
         c.close()
         bt.stop()
-    again = BrokerThread(tmp_path).start()
-    try:
+    with BrokerThread(tmp_path) as again:
         c = again.client()
         assert [r.resource_name for r in listed(c, 0).config_resources] == ["producers"]
         c.close()
-    finally:
-        again.stop()
 
 
 def test_pushed_metrics_on_the_metrics_endpoint(tmp_path: Path) -> None:

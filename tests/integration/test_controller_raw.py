@@ -108,13 +108,10 @@ def test_describe_quorum(broker_thread: BrokerThread, client: RawClient, version
 def test_quorum_epoch_grows_at_every_start(tmp_path: Path) -> None:
     epochs = []
     for _ in range(2):
-        bt = BrokerThread(tmp_path).start()
-        try:
+        with BrokerThread(tmp_path) as bt:
             c = bt.client()
             epochs.append(describe_quorum(c, 2).topics[0].partitions[0].leader_epoch)
             c.close()
-        finally:
-            bt.stop()
     assert epochs == [1, 2]
 
 

@@ -85,8 +85,7 @@ def test_metadata_by_topic_id(broker_thread: BrokerThread, client: RawClient, ve
 
 
 def test_auto_create(tmp_path: Path) -> None:
-    bt = BrokerThread(tmp_path, **{"num.partitions": "4"}).start()
-    try:
+    with BrokerThread(tmp_path, **{"num.partitions": "4"}) as bt:
         c = bt.client()
         # v4+ asks explicitly; a refusal leaves the topic unknown
         refused = metadata(c, ["no-auto"], 4, allow_auto=False).topics[0]
@@ -113,21 +112,16 @@ def test_auto_create(tmp_path: Path) -> None:
         assert bad.error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
         assert metadata(c, ["a" * 250], 12).topics[0].error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
         c.close()
-    finally:
-        bt.close()
 
 
 def test_auto_create_disabled(tmp_path: Path) -> None:
-    bt = BrokerThread(tmp_path, **{"auto.create.topics.enable": "false"}).start()
-    try:
+    with BrokerThread(tmp_path, **{"auto.create.topics.enable": "false"}) as bt:
         c = bt.client()
         for version in (1, 4, 12):
             assert metadata(c, ["never"], version).topics[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             assert metadata(c, ["bad/name"], version).topics[0].error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
         assert bt.broker.metadata.topic("never") is None
         c.close()
-    finally:
-        bt.close()
 
 
 def test_internal_topics_are_not_auto_created(broker_thread: BrokerThread, client: RawClient) -> None:
@@ -159,20 +153,14 @@ def test_authorized_operations_when_asked(broker_thread: BrokerThread, client: R
 
 
 def test_topic_ids_survive_restart(tmp_path: Path) -> None:
-    bt = BrokerThread(tmp_path).start()
-    try:
+    with BrokerThread(tmp_path) as bt:
         c = bt.client()
         before = {t.name: t.topic_id for t in metadata(c, None, 12).topics}
         metadata(c, ["x", "y"], 12)  # creates them
         before.update({t.name: t.topic_id for t in metadata(c, ["x", "y"], 12).topics})
         c.close()
-    finally:
-        bt.close()
-    bt = BrokerThread(tmp_path).start()
-    try:
+    with BrokerThread(tmp_path) as bt:
         c = bt.client()
         after = {t.name: t.topic_id for t in metadata(c, None, 12).topics}
         assert after == before and len(set(after.values())) == len(after) >= 2
         c.close()
-    finally:
-        bt.close()

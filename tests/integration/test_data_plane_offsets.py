@@ -137,22 +137,16 @@ def test_delete_records_then_fetch_below_is_out_of_range(broker_thread: BrokerTh
 
 
 def test_log_start_offset_survives_restart(tmp_path: Path) -> None:
-    bt = BrokerThread(tmp_path).start()
-    try:
+    with BrokerThread(tmp_path) as bt:
         bt.create_topic("drr", 1)
         c = bt.client()
         for i in range(5):
             produce(c, "drr", 0, batch([b"%d" % i]))
         assert delete_records(c, "drr", 0, 3).low_watermark == 3  # type: ignore[attr-defined]
         c.close()
-    finally:
-        bt.close()
-    bt = BrokerThread(tmp_path).start()
-    try:
+    with BrokerThread(tmp_path) as bt:
         c = bt.client()
         assert list_offset(c, "drr", 0, EARLIEST).offset == 3
         assert list_offset(c, "drr", 0, LATEST).offset == 5
         assert fetch_one(c, "drr", 0, 2).error_code == ErrorCode.OFFSET_OUT_OF_RANGE
         c.close()
-    finally:
-        bt.close()

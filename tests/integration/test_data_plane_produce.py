@@ -136,8 +136,7 @@ def test_zstd_needs_produce_v7(broker_thread: BrokerThread, client: RawClient) -
 
 
 def test_message_too_large(tmp_path: Path) -> None:
-    bt = BrokerThread(tmp_path, **{"message.max.bytes": "100000"}).start()
-    try:
+    with BrokerThread(tmp_path, **{"message.max.bytes": "100000"}) as bt:
         bt.create_topic("big", 1, {"max.message.bytes": "2000"})
         bt.create_topic("default", 1)  # the broker's message.max.bytes applies
         c = bt.client()
@@ -152,8 +151,6 @@ def test_message_too_large(tmp_path: Path) -> None:
             assert produce(c, topic, 0, over).error_code == ErrorCode.MESSAGE_TOO_LARGE
             assert produce(c, topic, 0, at_limit).error_code == 0
         c.close()
-    finally:
-        bt.close()
 
 
 # -- idempotent producers ------------------------------------------------------------------------------
@@ -219,18 +216,14 @@ def test_corrupt_idempotent_batch_is_corrupt_message(broker_thread: BrokerThread
 
 
 def test_producer_state_is_rebuilt_after_restart(tmp_path: Path) -> None:
-    bt = BrokerThread(tmp_path).start()
-    try:
+    with BrokerThread(tmp_path) as bt:
         bt.create_topic("durable-idem", 2)
         c = bt.client()
         pid, epoch = init_producer_id(c)
         for seq in range(3):
             assert produce(c, "durable-idem", 1, idem([b"%d" % seq, b"x"], pid, epoch, seq * 2)).error_code == 0
         c.close()
-    finally:
-        bt.close()
-    bt = BrokerThread(tmp_path).start()
-    try:
+    with BrokerThread(tmp_path) as bt:
         c = bt.client()
         # retries of batches acknowledged before the restart: the original offsets, nothing new
         assert produce(c, "durable-idem", 1, idem([b"2", b"x"], pid, epoch, 4)).base_offset == 4
@@ -242,8 +235,6 @@ def test_producer_state_is_rebuilt_after_restart(tmp_path: Path) -> None:
         # new producer ids do not reuse the ones handed out before the restart
         assert init_producer_id(c)[0] != pid
         c.close()
-    finally:
-        bt.close()
 
 
 def test_log_append_time_topic(broker_thread: BrokerThread, client: RawClient) -> None:

@@ -136,27 +136,18 @@ def test_elr_safety_configs(broker_thread: BrokerThread, client: RawClient) -> N
 
 
 def test_levels_survive_restart(tmp_path: Path) -> None:
-    first = BrokerThread(tmp_path).start()
-    try:
+    with BrokerThread(tmp_path) as first:
         c = first.client()
         assert update(c, [("group.version", 0, SAFE)]).error_code == 0
         c.close()
-    finally:
-        first.stop()
-    second = BrokerThread(tmp_path).start()
-    try:
+    with BrokerThread(tmp_path) as second:
         c = second.client()
         got = finalized(c)
         c.close()
         assert "group.version" not in got and got["metadata.version"] == (29, 29)
-    finally:
-        second.stop()
 
 
 @pytest.mark.parametrize("static", ["1", "2"])
 def test_bootstrap_takes_the_static_min_insync_replicas(tmp_path: Path, static: str) -> None:
-    bt = BrokerThread(tmp_path, **{"min.insync.replicas": static}).start()
-    try:
+    with BrokerThread(tmp_path, **{"min.insync.replicas": static}) as bt:
         assert bt.broker.metadata.image.broker_configs == {"": {"min.insync.replicas": static}}
-    finally:
-        bt.stop()

@@ -24,12 +24,9 @@ SESSION_MS = 1_800_000  # group.max.session.timeout.ms: holds of up to 600 s
 
 @pytest.fixture(name="broker")
 def broker_fixture(tmp_path: Path) -> Iterator[BrokerThread]:
-    bt = BrokerThread(tmp_path, **{"group.heartbeat.hold.ms": "600000",
-                                   "group.consumer.heartbeat.interval.ms": "60000"}).start()
-    try:
+    with BrokerThread(tmp_path, **{"group.heartbeat.hold.ms": "600000",
+                                   "group.consumer.heartbeat.interval.ms": "60000"}) as bt:
         yield bt
-    finally:
-        bt.close()
 
 
 def join(client: RawClient, group_id: str, member_id: str = "") -> Any:

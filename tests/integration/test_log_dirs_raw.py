@@ -22,11 +22,8 @@ ALTER_REPLICA_LOG_DIRS, DESCRIBE_LOG_DIRS = 34, 35
 @pytest.fixture
 def two_dirs(tmp_path: Path) -> Iterator[BrokerThread]:
     dirs = "%s,%s" % (tmp_path / "d1", tmp_path / "d2")
-    bt = BrokerThread(tmp_path, **{"log.dirs": dirs}).start()
-    try:
+    with BrokerThread(tmp_path, **{"log.dirs": dirs}) as bt:
         yield bt
-    finally:
-        bt.stop()
 
 
 def alter(c: RawClient, moves: list[tuple[str, str, int]], version: int = 2) -> dict[tuple[str, int], int]:
@@ -53,20 +50,14 @@ def values(c: RawClient, topic: str) -> list[bytes | None]:
 
 def test_a_partition_moves_with_its_data(tmp_path: Path) -> None:
     dirs = "%s,%s" % (tmp_path / "d1", tmp_path / "d2")
-    two_dirs = BrokerThread(tmp_path, **{"log.dirs": dirs}).start()
-    try:
+    with BrokerThread(tmp_path, **{"log.dirs": dirs}) as two_dirs:
         source, target = moved_and_back(two_dirs)
-    finally:
-        two_dirs.stop()
-    again = BrokerThread(tmp_path, **{"log.dirs": dirs}).start()
-    try:
+    with BrokerThread(tmp_path, **{"log.dirs": dirs}) as again:
         assert again.broker.logs.log_dir_of("moving", 0) == source
         assert "moving-0" not in os.listdir(target)
         c = again.client()
         assert values(c, "moving")[-1] == b"after"
         c.close()
-    finally:
-        again.stop()
 
 
 def moved_and_back(two_dirs: BrokerThread) -> tuple[str, str]:

@@ -40,8 +40,7 @@ def describe(c: Any, **kw: Any) -> list[tuple[int, str, int, str, int, int]]:
 
 
 def test_create_describe_delete_and_restart(tmp_path: Path) -> None:
-    bt = SecureBrokerThread(tmp_path, AUTHZ).start()
-    try:
+    with SecureBrokerThread(tmp_path, AUTHZ) as bt:
         c = bt.client()
         response = c.call(CREATE_ACLS, 3, M.CreateAclsRequest(creations=[
             creation(TOPIC, "orders"), creation(TOPIC, "logs-", PREFIXED, op=WRITE),
@@ -73,13 +72,10 @@ def test_create_describe_delete_and_restart(tmp_path: Path) -> None:
         assert [len(r.matching_acls) for r in response.filter_results] == [2, 0]
         assert describe(c) == [(GROUP, "*", LITERAL, "User:*", READ, ALLOW)]
         c.close()
-    finally:
-        bt.close()
 
 
 def test_security_disabled_and_unknown_codes(tmp_path: Path) -> None:
-    bt = SecureBrokerThread(tmp_path, {}).start()
-    try:
+    with SecureBrokerThread(tmp_path, {}) as bt:
         c = bt.client()
         response = c.call(DESCRIBE_ACLS, 3, acl_filter(M.DescribeAclsRequest))
         assert (response.error_code, response.error_message) == (E.SECURITY_DISABLED,
@@ -94,8 +90,6 @@ def test_security_disabled_and_unknown_codes(tmp_path: Path) -> None:
         other = bt.client()
         assert other.call(DESCRIBE_ACLS, 3, acl_filter(M.DescribeAclsRequest)).error_code == E.SECURITY_DISABLED
         other.close()
-    finally:
-        bt.close()
 
 
 def test_mutual_tls_principal_is_authorized_by_its_mapped_name(tmp_path: Path) -> None:
@@ -111,14 +105,13 @@ def test_mutual_tls_principal_is_authorized_by_its_mapped_name(tmp_path: Path) -
     server = ca.issue("server", server=True, CN="localhost")
     alice = ca.issue("alice", O="Org", OU="Eng", CN="alice")
     bob = ca.issue("bob", O="Org", OU="Eng", CN="bob")
-    bt = SecureBrokerThread(tmp_path, {
+    with SecureBrokerThread(tmp_path, {
         **AUTHZ,
         "listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
         "ssl.keystore.type": "PEM", "ssl.keystore.location": str(server.combined),
         "ssl.truststore.type": "PEM", "ssl.truststore.location": str(ca.path), "ssl.client.auth": "required",
         "ssl.principal.mapping.rules": "RULE:^CN=([a-z]+),OU=.*$/$1/,DEFAULT",
-    }).start()
-    try:
+    }) as bt:
         bt.create_topic("alice-topic")
         c = bt.client()  # the plaintext super user sets the ACL
         assert c.call(CREATE_ACLS, 3, M.CreateAclsRequest(creations=[
@@ -145,8 +138,6 @@ def test_mutual_tls_principal_is_authorized_by_its_mapped_name(tmp_path: Path) -
 
         assert describe_topic(alice) == 0
         assert describe_topic(bob) == E.TOPIC_AUTHORIZATION_FAILED
-    finally:
-        bt.close()
 
 
 def test_share_group_apis_check_group_and_topic(tmp_path: Path) -> None:
@@ -154,8 +145,7 @@ def test_share_group_apis_check_group_and_topic(tmp_path: Path) -> None:
     on the subscribed topics, DESCRIBE/READ/DELETE on the group for the offset admin APIs."""
     import uuid
 
-    bt = SecureBrokerThread(tmp_path, AUTHZ).start()
-    try:
+    with SecureBrokerThread(tmp_path, AUTHZ) as bt:
         bt.create_topic("shared-topic")
         c = bt.client()
         assert c.call(CREATE_ACLS, 3, M.CreateAclsRequest(creations=[
@@ -187,15 +177,12 @@ def test_share_group_apis_check_group_and_topic(tmp_path: Path) -> None:
         deleted = c.call(92, 0, X(group_id="sg", topics=[X.DeleteShareGroupOffsetsRequestTopic(topic_name="t")]))
         assert deleted.error_code == E.GROUP_AUTHORIZATION_FAILED  # DELETE is not implied
         c.close()
-    finally:
-        bt.close()
 
 
 def test_share_fetch_and_acknowledge_without_a_group_id_are_invalid_under_acls(tmp_path: Path) -> None:
     """A null GroupId is INVALID_REQUEST with an authorizer too (as without one): it is not looked up
     in the ACLs, where a missing name failed the request as an UNKNOWN_SERVER_ERROR."""
-    bt = SecureBrokerThread(tmp_path, AUTHZ).start()
-    try:
+    with SecureBrokerThread(tmp_path, AUTHZ) as bt:
         c = bt.client()
         assert c.call(CREATE_ACLS, 3, M.CreateAclsRequest(creations=[
             creation(GROUP, "sg", principal="User:ANONYMOUS")])).results[0].error_code == 0
@@ -210,5 +197,3 @@ def test_share_fetch_and_acknowledge_without_a_group_id_are_invalid_under_acls(t
         ack = c.call(79, 1, A(group_id=None, member_id="m", share_session_epoch=1, topics=[]))
         assert ack.error_code == E.INVALID_REQUEST
         c.close()
-    finally:
-        bt.close()

@@ -39,11 +39,8 @@ def describe(c: Any, components: list[tuple[str, int, str | None]], strict: bool
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[SecureBrokerThread]:
-    bt = SecureBrokerThread(tmp_path, {"quota.window.num": "2"}).start()
-    try:
+    with SecureBrokerThread(tmp_path, {"quota.window.num": "2"}) as bt:
         yield bt
-    finally:
-        bt.close()
 
 
 def test_alter_and_describe(broker: SecureBrokerThread) -> None:

@@ -40,7 +40,7 @@ MECHANISMS = "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER"
 
 @pytest.fixture(scope="module")
 def sasl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBrokerThread]:
-    bt = SecureBrokerThread(tmp_path_factory.mktemp("sasl"), {
+    with SecureBrokerThread(tmp_path_factory.mktemp("sasl"), {
         "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0,REAUTH://127.0.0.1:0",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,REAUTH:SASL_PLAINTEXT",
         "sasl.enabled.mechanisms": MECHANISMS,
@@ -48,8 +48,7 @@ def sasl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBrokerThrea
         "listener.name.reauth.plain.sasl.jaas.config": PLAIN_JAAS,
         "listener.name.reauth.connections.max.reauth.ms": "1500",
         "connection.failed.authentication.delay.ms": "50",
-    }).start()
-    try:
+    }) as bt:
         c = bt.client()
         response = c.call(ALTER_SCRAM, 0, M.AlterUserScramCredentialsRequest(deletions=[], upsertions=[
             upsertion("alice", 1, "alice-secret"), upsertion("alice", 2, "alice-secret")]))
@@ -62,8 +61,6 @@ def sasl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBrokerThrea
         assert [r.error_code for r in response.results] == [0]
         c.close()
         yield bt
-    finally:
-        bt.close()
 
 
 def upsertion(name: str, mechanism: int, password: str, iterations: int = 4096) -> Any:

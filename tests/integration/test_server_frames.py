@@ -192,8 +192,7 @@ def test_truncated_body_closes_the_connection(broker_thread: BrokerThread, bysta
 
 
 def test_oversized_frame_closes_the_connection(tmp_path: Path) -> None:
-    bt = BrokerThread(tmp_path, **{"socket.request.max.bytes": "1000"}).start()
-    try:
+    with BrokerThread(tmp_path, **{"socket.request.max.bytes": "1000"}) as bt:
         other = bt.client("other")
         assert api_versions_ok(other)
         bad = bt.client()
@@ -211,8 +210,6 @@ def test_oversized_frame_closes_the_connection(tmp_path: Path) -> None:
         assert api_versions_ok(other)
         at_limit.close()
         other.close()
-    finally:
-        bt.close()
 
 
 @pytest.mark.parametrize("defined", [False, True])
@@ -294,8 +291,7 @@ def test_a_quiet_connection_gives_its_receive_buffer_back(broker_thread: BrokerT
 
 
 def test_idle_connections_are_closed(tmp_path: Path) -> None:
-    bt = BrokerThread(tmp_path, **{"connections.max.idle.ms": "300"}).start()
-    try:
+    with BrokerThread(tmp_path, **{"connections.max.idle.ms": "300"}) as bt:
         idle = bt.client()
         assert api_versions_ok(idle)
         wait_for(lambda: idle.is_closed(0.1), timeout=10, what="idle connection to be closed")
@@ -306,8 +302,6 @@ def test_idle_connections_are_closed(tmp_path: Path) -> None:
         entry = fetch_one(busy, "idle", 0, 0, max_wait_ms=700, min_bytes=1)
         assert entry.error_code == 0
         busy.close()
-    finally:
-        bt.close()
 
 
 def test_invalid_regular_expressions_are_answered_and_not_printed(broker_thread: BrokerThread, client: RawClient,

@@ -49,21 +49,15 @@ class BrokerThread(EmbeddedBroker):
 @pytest.fixture(name="broker_thread")
 def broker_thread_fixture(tmp_path: Path) -> Iterator[BrokerThread]:
     """A fresh broker per test (import `broker_thread_fixture`; tests ask for `broker_thread`)."""
-    bt = BrokerThread(tmp_path).start()
-    try:
+    with BrokerThread(tmp_path) as bt:
         yield bt
-    finally:
-        bt.close()
 
 
 @pytest.fixture(name="client")
 def client_fixture(broker_thread: BrokerThread) -> Iterator[RawClient]:
     """A RawClient connected to `broker_thread`."""
-    c = broker_thread.client()
-    try:
+    with broker_thread.client() as c:
         yield c
-    finally:
-        c.close()
 
 
 # -- request builders ------------------------------------------------------------------------------

@@ -48,12 +48,9 @@ class UvloopBrokerThread(BrokerThread):
 @pytest.fixture(params=["asyncio", "uvloop"])
 def bt(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BrokerThread]:
     cls = UvloopBrokerThread if request.param == "uvloop" else BrokerThread
-    broker_thread = cls(tmp_path).start()
-    broker_thread.broker.server.sendfile_on_loopback = True  # the tests' peers are all on 127.0.0.1
-    try:
+    with cls(tmp_path) as broker_thread:
+        broker_thread.broker.server.sendfile_on_loopback = True  # the tests' peers are all on 127.0.0.1
         yield broker_thread
-    finally:
-        broker_thread.close()
 
 
 def value(partition: int, i: int, size: int) -> bytes:
@@ -316,8 +313,7 @@ def test_loopback_peers_are_told_apart(host: str, loopback: bool) -> None:
 def test_a_loopback_peer_gets_copies_by_default(tmp_path: Path) -> None:
     """Over loopback a copy costs the broker less CPU than sendfile: a local client's large
     fetch is written from the process, byte for byte the same."""
-    broker_thread = BrokerThread(tmp_path).start()
-    try:
+    with BrokerThread(tmp_path) as broker_thread:
         written = fill(broker_thread, "local", {0: [300_000, 200_000]})
         c = broker_thread.client()
         assert api_versions_ok(c)  # the broker's side of the connection exists
@@ -327,5 +323,3 @@ def test_a_loopback_peer_gets_copies_by_default(tmp_path: Path) -> None:
         assert entry.error_code == 0 and values_of(entry.records) == written[0]
         assert sendfile_bytes(broker_thread) == 0
         c.close()
-    finally:
-        broker_thread.close()

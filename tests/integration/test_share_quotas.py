@@ -25,11 +25,8 @@ RATE = 1000  # bytes per second: 10,000 bytes a fetch at most (the quota over 10
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[BrokerThread]:
-    bt = BrokerThread(tmp_path).start()
-    try:
+    with BrokerThread(tmp_path) as bt:
         yield bt
-    finally:
-        bt.close()
 
 
 def batch_of(n: int, size: int) -> bytes:

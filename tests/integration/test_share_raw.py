@@ -35,21 +35,15 @@ _names = itertools.count()
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerThread]:
     # locks as short as 1 s, so that a test can see one expire
-    bt = BrokerThread(Path(tmp_path_factory.mktemp("share-raw")),
-                      **{"group.share.min.record.lock.duration.ms": "1000"}).start()
-    try:
+    with BrokerThread(Path(tmp_path_factory.mktemp("share-raw")),
+                      **{"group.share.min.record.lock.duration.ms": "1000"}) as bt:
         yield bt
-    finally:
-        bt.close()
 
 
 @pytest.fixture
 def client(broker: BrokerThread) -> Iterator[RawClient]:
-    c = broker.client()
-    try:
+    with broker.client() as c:
         yield c
-    finally:
-        c.close()
 
 
 class Share:

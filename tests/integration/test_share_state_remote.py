@@ -31,13 +31,8 @@ FAST = Backoff(initial_ms=10, max_ms=50)
 
 @pytest.fixture
 def brokers(tmp_path: Path) -> Iterator[tuple[BrokerThread, BrokerThread]]:
-    a = BrokerThread(tmp_path / "a", **{"node.id": "1"}).start()
-    b = BrokerThread(tmp_path / "b", **{"node.id": "2"}).start()
-    try:
+    with BrokerThread(tmp_path / "a", **{"node.id": "1"}) as a, BrokerThread(tmp_path / "b", **{"node.id": "2"}) as b:
         yield a, b
-    finally:
-        a.close()
-        b.close()
 
 
 async def _register(broker: BrokerThread, name: str, topic_id: uuid.UUID, partitions: int) -> None:

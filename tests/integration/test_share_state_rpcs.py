@@ -37,20 +37,14 @@ _names = itertools.count()
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerThread]:
-    bt = BrokerThread(Path(tmp_path_factory.mktemp("share-state"))).start()
-    try:
+    with BrokerThread(Path(tmp_path_factory.mktemp("share-state"))) as bt:
         yield bt
-    finally:
-        bt.close()
 
 
 @pytest.fixture
 def client(broker: BrokerThread) -> Iterator[RawClient]:
-    c = broker.client()
-    try:
+    with broker.client() as c:
         yield c
-    finally:
-        c.close()
 
 
 def new_topic(broker: BrokerThread, client: RawClient, partitions: int = 2) -> tuple[str, uuid.UUID, str]:

@@ -28,20 +28,14 @@ READ_COMMITTED = 1
 
 @pytest.fixture(scope="module")
 def bt(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerThread]:
-    b = BrokerThread(Path(tmp_path_factory.mktemp("txn")), **{"transaction.state.log.num.partitions": "3"}).start()
-    try:
+    with BrokerThread(Path(tmp_path_factory.mktemp("txn")), **{"transaction.state.log.num.partitions": "3"}) as b:
         yield b
-    finally:
-        b.stop()
 
 
 @pytest.fixture
 def c(bt: BrokerThread) -> Iterator[RawClient]:
-    client = bt.client()
-    try:
+    with bt.client() as client:
         yield client
-    finally:
-        client.close()
 
 
 def init(c: RawClient, tid: str | None, version: int = 4, timeout_ms: int = 60000, pid: int = -1,

@@ -20,10 +20,10 @@ from broker.share.engine import ShareSettings
 from broker.share.fetch_strategy import rotate_round_robin, uniform_partition_max_bytes
 from broker.share.manager import PartitionResult, ShareGroupSettings, SharePartitionManager
 from protocol.records import build_batch
+from tests.share.fakes import VALUE, LogPartition
 
 TOPIC = uuid.uuid4()
 P0, P1, P2 = (TOPIC, 0), (TOPIC, 1), (TOPIC, 2)
-VALUE = b"x" * 100
 BATCH = len(build_batch([(None, VALUE)] * 10, base_offset=0))  # bytes of one batch of 10 records
 
 
@@ -48,59 +48,6 @@ def test_uniform_partition_max_bytes() -> None:
 
 
 # ----- fakes ------------------------------------------------------------------------------
-class Read:
-    def __init__(self, records: bytes, next_offset: int) -> None:
-        self.records = records
-        self.next_offset = next_offset
-
-
-class LogPartition:
-    """A partition of batches of 10 records of 100 bytes; reads and append waiters recorded."""
-
-    leader_epoch = 0
-    deleted = False
-    log_start_offset = 0
-
-    def __init__(self, batches: int = 0) -> None:
-        self.batches: list[bytes] = []
-        self.reads: list[int] = []
-        self.waiters: set[asyncio.Future[None]] = set()
-        self.append(batches)
-
-    @property
-    def high_watermark(self) -> int:
-        return 10 * len(self.batches)
-
-    def append(self, batches: int) -> None:
-        for _ in range(batches):
-            self.batches.append(build_batch([(None, VALUE)] * 10, base_offset=10 * len(self.batches)))
-        for w in self.waiters:
-            if not w.done():
-                w.set_result(None)
-
-    def fetch_bound(self, isolation_level: int) -> int:
-        return self.high_watermark
-
-    def aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[Any]:
-        return []
-
-    def read(self, offset: int, max_bytes: int, isolation_level: int, min_one_message: bool = True) -> Read:
-        self.reads.append(max_bytes)
-        out, end = b"", offset // 10
-        for b in self.batches[offset // 10:]:
-            if len(out) + len(b) > max_bytes and (out or not min_one_message):
-                break
-            out += b
-            end += 1
-        return Read(out, 10 * end if out else -1)
-
-    def add_waiter(self, waiter: asyncio.Future[None]) -> None:
-        self.waiters.add(waiter)
-
-    def remove_waiter(self, waiter: asyncio.Future[None]) -> None:
-        self.waiters.discard(waiter)
-
-
 class Persister:
     """Share-partition state at offset 0; the reads of the keys in `slow` wait for `go`."""
 

@@ -21,7 +21,8 @@ from broker.share.dlq import DeadLetter, DeadLetterWriter
 from broker.share.engine import ShareSettings
 from broker.share.inflight import RecordState
 from broker.share.manager import READ_WINDOW, ShareGroupSettings, SharePartitionManager
-from protocol.records import build_batch, iter_batches
+from protocol.records import iter_batches
+from tests.share.fakes import LogPartition, Read
 
 TOPIC = uuid.uuid4()
 VALUE = b"x" * 1024
@@ -39,50 +40,11 @@ class Persister:
         self.writes.append(write)
 
 
-class Read:
-    def __init__(self, records: bytes) -> None:
-        self.records = records
-
-
-class LogPartition:
-    """A partition of `batches` batches of 10 records of 1 KB, reads recorded."""
-
-    leader_epoch = 0
-    deleted = False
-    log_start_offset = 0
-
-    def __init__(self, batches: int) -> None:
-        self.batches = [build_batch([(None, VALUE)] * 10, base_offset=10 * i) for i in range(batches)]
-        self.high_watermark = 10 * batches
-        self.reads: list[int] = []
-
-    def fetch_bound(self, isolation_level: int) -> int:
-        return self.high_watermark
-
-    def aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[Any]:
-        return []
-
-    def read(self, offset: int, max_bytes: int, isolation_level: int, min_one_message: bool = True) -> Read:
-        self.reads.append(max_bytes)
-        out = b""
-        for b in self.batches[offset // 10:]:
-            if out and len(out) + len(b) > max_bytes:
-                break
-            out += b
-        return Read(out)
-
-    def add_waiter(self, waiter: asyncio.Future[None]) -> None:
-        pass
-
-    def remove_waiter(self, waiter: asyncio.Future[None]) -> None:
-        pass
-
-
 class FilePartition(LogPartition):
     """The same batches in a segment-like file: reads give FileSlices, as a broker Partition's do."""
 
     def __init__(self, batches: int, path: Path) -> None:
-        super().__init__(batches)
+        super().__init__(batches, VALUE)
         path.write_bytes(b"".join(self.batches))
         self.handle = FileHandle(os.open(path, os.O_RDONLY))
 
@@ -105,7 +67,7 @@ async def fetch(m: SharePartitionManager, max_records: int) -> list[tuple[int, i
 
 
 async def test_a_fetch_of_a_few_records_reads_one_window() -> None:
-    partition = LogPartition(batches=300)  # about 3 MB
+    partition = LogPartition(batches=300, value=VALUE)  # about 3 MB
     m = manager(partition)
     assert await fetch(m, 100) == [(0, 99)]
     assert partition.reads == [READ_WINDOW]
@@ -113,7 +75,7 @@ async def test_a_fetch_of_a_few_records_reads_one_window() -> None:
 
 
 async def test_the_window_grows_until_it_holds_the_records_wanted_or_the_log_end() -> None:
-    partition = LogPartition(batches=300)
+    partition = LogPartition(batches=300, value=VALUE)
     m = manager(partition)
     assert await fetch(m, 1500) == [(0, 1499)]  # 1.5 MB of records: a second, larger read
     assert partition.reads == [READ_WINDOW, 8 * READ_WINDOW]
@@ -153,7 +115,7 @@ async def test_the_records_sent_are_a_slice_of_the_log_file_holding_whole_batche
 async def test_records_left_in_archiving_by_a_crash_go_to_the_dead_letter_queue_on_load() -> None:
     """KIP-1191: ARCHIVING survives a restart; loading the share-partition writes those records to
     the dead-letter queue (again: at least once) and then archives them, durably."""
-    partition = LogPartition(batches=1)
+    partition = LogPartition(batches=1, value=VALUE)
     persisted = ShareGroupOffset(start_offset=0, state_epoch=0, state_batches=(
         StateBatch(0, 1, int(RecordState.ACKNOWLEDGED), 1), StateBatch(2, 4, int(RecordState.ARCHIVING), 5)))
     persister = Persister(persisted)

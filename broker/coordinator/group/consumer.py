@@ -34,6 +34,7 @@ from broker.coordinator.group.member import (
     assignment_of,
     partitions_by_topic,
 )
+from broker.coordinator.group.modern import ModernGroup
 from broker.coordinator.group.records import (
     CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT,
     CONSUMER_GROUP_MEMBER_METADATA,
@@ -183,23 +184,16 @@ def is_regex(value: str | None) -> bool:
 
 
 # ----- the group -------------------------------------------------------------------------
-class ConsumerGroup:
+class ConsumerGroup(ModernGroup[ConsumerGroupMember]):
     type = GROUP_TYPE
     protocol_type = PROTOCOL_TYPE
 
     def __init__(self, group_id: str) -> None:
-        self.group_id = group_id
-        self.group_epoch = 0
-        self.metadata_hash = 0
-        self.assignment_epoch = 0
-        self.members: dict[str, ConsumerGroupMember] = {}  # in order of joining
+        super().__init__(group_id)
         self.static_members: dict[str, str] = {}  # instance id -> member id
-        self.target_assignment: dict[str, Assignment] = {}
         self.partition_epochs: dict[uuid.UUID, dict[int, int]] = {}  # the epoch of each owned partition
         self.resolved_regexes: dict[str, ResolvedRegex] = {}
         self.has_partition_metadata_record = False  # a pre-4.1 ConsumerGroupPartitionMetadata to tombstone
-        # In memory only: when the subscribed topics' metadata must be checked again.
-        self.metadata_refresh_deadline = (0, 0)  # (deadline ms, group epoch); (0, 0): at the next heartbeat
         self.last_assignment_ms: int | None = None  # when the target assignment was last computed
 
     # ----- derived state ------------------------------------------------------------------
@@ -213,22 +207,10 @@ class ConsumerGroup:
             return ConsumerGroupState.STABLE
         return ConsumerGroupState.RECONCILING
 
-    def is_empty(self) -> bool:
-        return not self.members
-
-    def in_state(self, *states: Any) -> bool:
-        return self.state in states
-
     # ----- members ------------------------------------------------------------------------
     def static_member(self, instance_id: str | None) -> ConsumerGroupMember | None:
         member_id = None if instance_id is None else self.static_members.get(instance_id)
         return None if member_id is None else self.members.get(member_id)
-
-    def member_or_raise(self, member_id: str) -> ConsumerGroupMember:
-        member = self.members.get(member_id)
-        if member is None:
-            raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID, "Member %s is not a member of group %s." % (member_id, self.group_id))
-        return member
 
     def update_member(self, member: ConsumerGroupMember) -> None:
         old = self.members.get(member.member_id)
@@ -306,9 +288,6 @@ class ConsumerGroup:
             names.update(self.resolved_regexes[regex].topics)
         return names
 
-    def is_subscribed_to_topic(self, topic: str) -> bool:
-        return topic in self.subscribed_topic_names()
-
     def last_regex_refresh_ms(self) -> int:
         return max((r.timestamp_ms for r in self.resolved_regexes.values()), default=0)
 
@@ -322,13 +301,6 @@ class ConsumerGroup:
         if not counts:
             return None
         return min(counts, key=lambda name: (-counts[name], name))
-
-    def has_metadata_expired(self, now_ms: int) -> bool:
-        deadline, epoch = self.metadata_refresh_deadline
-        return now_ms >= deadline or self.group_epoch < epoch
-
-    def request_metadata_refresh(self) -> None:
-        self.metadata_refresh_deadline = (0, 0)
 
     # ----- offsets, deletion --------------------------------------------------------------
     def validate_offset_commit(self, member_id: str, instance_id: str | None, member_epoch: int,
@@ -368,10 +340,6 @@ class ConsumerGroup:
     def validate_offset_delete(self) -> None:
         return None  # offsets of topics the group does not subscribe to can always go
 
-    def validate_delete_group(self) -> None:
-        if self.members:
-            raise KafkaError(ErrorCode.NON_EMPTY_GROUP)
-
     def offset_expiration_base(self) -> Callable[[OffsetAndMetadata], int] | None:
         return lambda om: om.commit_timestamp_ms
 
@@ -388,11 +356,6 @@ class ConsumerGroup:
         return records
 
     # ----- descriptions -------------------------------------------------------------------
-    def listed(self) -> Any:
-        return M.ListGroupsResponse.ListedGroup(
-            group_id=self.group_id, protocol_type=PROTOCOL_TYPE, group_state=self.state.value, group_type=GROUP_TYPE,
-        )
-
     def describe(self, default_assignor: str, metadata: TopicMetadata) -> Any:
         R = M.ConsumerGroupDescribeResponse
 

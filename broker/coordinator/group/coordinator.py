@@ -29,9 +29,9 @@ log = get_logger("broker.coordinator.group")
 
 E = ErrorCode
 GROUP_METADATA_TOPIC = "__consumer_offsets"
-# a described group of ConsumerGroupDescribe or ShareGroupDescribe
-Described = TypeVar("Described", M.ConsumerGroupDescribeResponse.DescribedGroup,
-                    M.ShareGroupDescribeResponse.DescribedGroup)
+# a described group of DescribeGroups, ConsumerGroupDescribe or ShareGroupDescribe
+Described = TypeVar("Described", M.DescribeGroupsResponse.DescribedGroup,
+                    M.ConsumerGroupDescribeResponse.DescribedGroup, M.ShareGroupDescribeResponse.DescribedGroup)
 
 
 def _code(exc: BaseException) -> ErrorCode:
@@ -138,10 +138,11 @@ class GroupCoordinator:
                                     lambda s, ids: s.consumer_group_describe(ids), "consumer-group-describe")
 
     async def _describe(self, group_ids: list[str], described: type[Described],
-                        read: Callable[[GroupCoordinatorShard, list[str]], list[Described]], name: str
-                        ) -> list[Described]:
-        """ConsumerGroupDescribe / ShareGroupDescribe: each shard describes its groups (a failing
-        shard's groups get its error), an empty group id is INVALID_GROUP_ID."""
+                        read: Callable[[GroupCoordinatorShard, list[str]], list[Described]], name: str,
+                        empty_id_valid: bool = False) -> list[Described]:
+        """DescribeGroups / ConsumerGroupDescribe / ShareGroupDescribe: each shard describes its
+        groups (a failing shard's groups get its error); an empty group id is INVALID_GROUP_ID
+        but for DescribeGroups (`empty_id_valid`, as Kafka keeps it for backwards compatibility)."""
         async def one(partition: int, ids: list[str]) -> list[Described]:
             try:
                 result: list[Described] = await self.runtime.read(partition, lambda s: read(s, ids), name)
@@ -149,10 +150,11 @@ class GroupCoordinator:
             except Exception as exc:
                 return [described(group_id=g, error_code=_code(exc)) for g in ids]
 
-        valid = [g for g in group_ids if g]
+        valid = [g for g in group_ids if g or empty_id_valid]
         parts = await asyncio.gather(*(one(p, ids) for p, ids in self._by_partition(valid).items()))
         by_id = {d.group_id: d for part in parts for d in part}
-        return [by_id[g] if g else described(group_id="", error_code=E.INVALID_GROUP_ID) for g in group_ids]
+        return [by_id[g] if g or empty_id_valid else described(group_id="", error_code=E.INVALID_GROUP_ID)
+                for g in group_ids]
 
     # ----- share groups -------------------------------------------------------------------
     async def share_group_heartbeat(self, request: M.ShareGroupHeartbeatRequest, info: RequestInfo
@@ -246,18 +248,9 @@ class GroupCoordinator:
 
     async def describe_groups(self, group_ids: list[str], api_version: int
                               ) -> list[M.DescribeGroupsResponse.DescribedGroup]:
-        async def one(partition: int, ids: list[str]) -> list[M.DescribeGroupsResponse.DescribedGroup]:
-            try:
-                result: list[M.DescribeGroupsResponse.DescribedGroup] = await self.runtime.read(
-                    partition, lambda s: s.describe_groups(ids, api_version), "describe-groups")
-                return result
-            except Exception as exc:
-                code = _code(exc)
-                return [M.DescribeGroupsResponse.DescribedGroup(group_id=g, error_code=code) for g in ids]
-
-        parts = await asyncio.gather(*(one(p, ids) for p, ids in self._by_partition(group_ids).items()))
-        by_id = {d.group_id: d for part in parts for d in part}
-        return [by_id[g] for g in group_ids]
+        return await self._describe(group_ids, M.DescribeGroupsResponse.DescribedGroup,
+                                    lambda s, ids: s.describe_groups(ids, api_version), "describe-groups",
+                                    empty_id_valid=True)
 
     async def list_groups(self, states_filter: list[str], types_filter: list[str]
                           ) -> tuple[ErrorCode, list[M.ListGroupsResponse.ListedGroup]]:

@@ -20,6 +20,7 @@ from typing import Any
 
 from broker.coordinator.group.consumer import TopicMetadata
 from broker.coordinator.group.member import EMPTY, Assignment, MemberState, assignment_of, partitions_by_topic
+from broker.coordinator.group.modern import ModernGroup
 from broker.coordinator.group.records import (
     SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT,
     SHARE_GROUP_MEMBER_METADATA,
@@ -65,57 +66,27 @@ class ShareGroupMember:
             other.rack_id, other.client_id, other.client_host, other.subscribed_topic_names)
 
 
-class ShareGroup:
+class ShareGroup(ModernGroup[ShareGroupMember]):
     type = GROUP_TYPE
     protocol_type = PROTOCOL_TYPE
 
     def __init__(self, group_id: str) -> None:
-        self.group_id = group_id
-        self.group_epoch = 0
-        self.metadata_hash = 0
-        self.assignment_epoch = 0
-        self.members: dict[str, ShareGroupMember] = {}
-        self.target_assignment: dict[str, Assignment] = {}
+        super().__init__(group_id)
         self.initializing: TopicPartitions = {}
         self.initialized: TopicPartitions = {}
         self.deleting: dict[uuid.UUID, str] = {}
         self.has_state_metadata_record = False
-        # In memory only: when the subscribed topics' metadata must be checked again.
-        self.metadata_refresh_deadline = (0, 0)  # (deadline ms, group epoch); (0, 0): at the next heartbeat
 
     # ----- derived state ------------------------------------------------------------------
     @property
     def state(self) -> ShareGroupState:
         return ShareGroupState.STABLE if self.members else ShareGroupState.EMPTY
 
-    def is_empty(self) -> bool:
-        return not self.members
-
-    def in_state(self, *states: Any) -> bool:
-        return self.state in states
-
-    def member_or_raise(self, member_id: str) -> ShareGroupMember:
-        member = self.members.get(member_id)
-        if member is None:
-            raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID,
-                             "Member %s is not a member of group %s." % (member_id, self.group_id))
-        return member
-
     def subscribed_topic_names(self, members: Iterable[ShareGroupMember] | None = None) -> set[str]:
         names: set[str] = set()
         for m in self.members.values() if members is None else members:
             names.update(m.subscribed_topic_names)
         return names
-
-    def is_subscribed_to_topic(self, topic: str) -> bool:
-        return topic in self.subscribed_topic_names()
-
-    def has_metadata_expired(self, now_ms: int) -> bool:
-        deadline, epoch = self.metadata_refresh_deadline
-        return now_ms >= deadline or self.group_epoch < epoch
-
-    def request_metadata_refresh(self) -> None:
-        self.metadata_refresh_deadline = (0, 0)
 
     def initialized_partitions(self) -> set[tuple[uuid.UUID, int]]:
         return {(t, p) for t, (_, ps) in self.initialized.items() for p in ps}
@@ -133,10 +104,6 @@ class ShareGroup:
     def validate_offset_delete(self) -> None:
         raise self._not_a_consumer_group()
 
-    def validate_delete_group(self) -> None:
-        if self.members:
-            raise KafkaError(ErrorCode.NON_EMPTY_GROUP)
-
     def offset_expiration_base(self) -> None:
         return None  # a share group has no committed offsets to expire
 
@@ -152,10 +119,6 @@ class ShareGroup:
         return records
 
     # ----- descriptions -------------------------------------------------------------------
-    def listed(self) -> Any:
-        return M.ListGroupsResponse.ListedGroup(group_id=self.group_id, protocol_type=PROTOCOL_TYPE,
-                                                group_state=self.state.value, group_type=GROUP_TYPE)
-
     def describe(self, metadata: TopicMetadata) -> Any:
         R = M.ShareGroupDescribeResponse
 
