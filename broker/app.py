@@ -578,6 +578,11 @@ class Broker:
         return None if node < 0 else (node, *self.simulated.address(node, listener))
 
     def leader_epoch_of(self, topic: str, partition: int) -> int:
+        if self.cluster is not None:  # the metadata's, as every node answers it (not a replica's own)
+            info = self.metadata.topic(topic)
+            found = info.assignments.get(partition) if info is not None else None
+            if found is not None:
+                return found.leader_epoch
         stored = self.partitions.get(topic, partition)
         return stored.leader_epoch if stored is not None else self.leader_epoch
 

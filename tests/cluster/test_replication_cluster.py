@@ -16,7 +16,15 @@ from confluent_kafka import Producer
 
 from protocol.records import build_batch, iter_batches
 from tests.cluster.harness import ProcessCluster
-from tests.cluster.nodes import create_topic, need_etcd, spread, start_cluster, wait_leaders, wait_live
+from tests.cluster.nodes import (
+    create_topic,
+    metadata,
+    need_etcd,
+    spread,
+    start_cluster,
+    wait_leaders,
+    wait_live,
+)
 from tests.harness import wait_for
 
 TOPIC = "replicated"
@@ -122,6 +130,8 @@ def test_followers_hold_the_leaders_batches_byte_for_byte(cluster: ProcessCluste
 
 
 def test_a_follower_killed_catches_up_when_it_returns(cluster: ProcessCluster) -> None:
+    assert create_topic(cluster.node(1).port, "solo", PARTITIONS) == (0, None)  # one replica each
+    solo = spread(cluster, "solo", PARTITIONS)
     produce(cluster, "before")
     wait_replicated(cluster)
     leader = leader_of(cluster, 0)
@@ -133,6 +143,13 @@ def test_a_follower_killed_catches_up_when_it_returns(cluster: ProcessCluster) -
     produce(cluster, "after")
     copied = wait_replicated(cluster, timeout=60)
     assert b"while-down-0-0" in b"".join(copied[0])
+    # the leader epochs in Metadata are the metadata's, whichever node answers (a node without a
+    # replica of the partition too): librdkafka ignores a Metadata answer with an older epoch
+    wait_leaders(cluster, "solo", lambda ls: ls == solo)
+    epochs = [{p.partition_index: (p.leader_id, p.leader_epoch) for p in metadata(cluster.node(n).port, ["solo"])
+               .topics[0].partitions} for n in sorted(cluster.nodes)]
+    assert epochs[0] == epochs[1] == epochs[2], epochs
+    assert all(epochs[0][p][1] > 0 for p, n in solo.items() if n == follower), epochs
 
 
 def test_a_follower_with_records_the_leader_lacks_truncates_them(cluster: ProcessCluster) -> None:
