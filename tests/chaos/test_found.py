@@ -21,18 +21,14 @@ import pytest
 
 from protocol.errors import ErrorCode
 from tests.cluster.harness import ProcessCluster
-from tests.cluster.nodes import controller, create_topic, need_etcd, start_cluster
+from tests.cluster.nodes import controller, create_topic, running_cluster
 from tests.harness import wait_for
 
 
 @pytest.fixture
 def fresh(tmp_path: Path) -> Iterator[ProcessCluster]:
-    need_etcd()
-    made = start_cluster(tmp_path / "cluster")
-    try:
+    with running_cluster(tmp_path / "cluster") as made:
         yield made
-    finally:
-        made.stop()
 
 
 @pytest.mark.timeout(90)

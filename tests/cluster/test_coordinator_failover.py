@@ -12,7 +12,11 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from tests.cluster.harness import ProcessCluster
-from tests.cluster.nodes import GROUP, coordinator, create_topic, need_etcd, start_cluster, wait_leaders
+from tests.cluster.nodes import (
+    GROUP,
+    coordinator,
+    running_cluster,
+)
 from tests.harness import wait_for
 
 pytestmark = pytest.mark.timeout(150)
@@ -22,19 +26,9 @@ PARTITIONS = 3
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[ProcessCluster]:
-    need_etcd()
-    made = start_cluster(tmp_path / "cluster", overrides={"min.insync.replicas": "2",
-                                                          "offsets.topic.replication.factor": "3"})
-    try:
-        code, message = create_topic(made.node(1).port, TOPIC, PARTITIONS, factor=3)
-        assert code == 0, message
-        wait_leaders(made, TOPIC, lambda ls: len(ls) == PARTITIONS and min(ls.values()) >= 0)
+    with running_cluster(tmp_path / "cluster", overrides={"min.insync.replicas": "2",
+                                                          "offsets.topic.replication.factor": "3"}, topic=(TOPIC, PARTITIONS, 3)) as made:
         yield made
-    except BaseException:
-        print(made.logs())
-        raise
-    finally:
-        made.stop()
 
 
 def committed_offsets(bootstrap: str, group: str) -> dict[int, int]:

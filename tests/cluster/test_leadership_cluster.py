@@ -29,6 +29,7 @@ from tests.cluster.nodes import (
     metadata,
     need_etcd,
     roles,
+    running_cluster,
     start_cluster,
     wait_live,
 )
@@ -40,12 +41,8 @@ ALTER_PARTITION = 56
 
 @pytest.fixture
 def fresh(tmp_path: Path) -> Iterator[ProcessCluster]:
-    need_etcd()
-    made = start_cluster(tmp_path / "cluster")
-    try:
+    with running_cluster(tmp_path / "cluster") as made:
         yield made
-    finally:
-        made.stop()
 
 
 def partitions(port: int, topic: str) -> dict[int, Any]:

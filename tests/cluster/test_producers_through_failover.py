@@ -15,7 +15,12 @@ from pathlib import Path
 import pytest
 
 from tests.cluster.harness import ProcessCluster
-from tests.cluster.nodes import create_topic, leaders, need_etcd, read_to_end, start_cluster, wait_leaders
+from tests.cluster.nodes import (
+    leaders,
+    read_to_end,
+    running_cluster,
+    wait_leaders,
+)
 
 pytestmark = pytest.mark.timeout(150)
 TOPIC = "through-failover"
@@ -24,18 +29,8 @@ SESSION_S = 3.0  # tests/cluster/harness.py FAST: broker.session.timeout.ms
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[ProcessCluster]:
-    need_etcd()
-    made = start_cluster(tmp_path / "cluster", overrides={"min.insync.replicas": "2"})
-    try:
-        code, message = create_topic(made.node(1).port, TOPIC, 1, factor=3)
-        assert code == 0, message
-        wait_leaders(made, TOPIC, lambda ls: ls.get(0, -1) >= 0)
+    with running_cluster(tmp_path / "cluster", overrides={"min.insync.replicas": "2"}, topic=(TOPIC, 1, 3)) as made:
         yield made
-    except BaseException:
-        print(made.logs())
-        raise
-    finally:
-        made.stop()
 
 
 class Acks:

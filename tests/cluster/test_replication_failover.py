@@ -13,7 +13,12 @@ import pytest
 from confluent_kafka import Producer
 
 from tests.cluster.harness import ProcessCluster
-from tests.cluster.nodes import create_topic, need_etcd, read_to_end, start_cluster, wait_leaders, wait_live
+from tests.cluster.nodes import (
+    read_to_end,
+    running_cluster,
+    wait_leaders,
+    wait_live,
+)
 from tests.cluster.test_replication_cluster import PARTITIONS, TOPIC, current_leaders, wait_replicated
 
 pytestmark = pytest.mark.timeout(180)
@@ -21,17 +26,8 @@ pytestmark = pytest.mark.timeout(180)
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[ProcessCluster]:
-    need_etcd()
-    made = start_cluster(tmp_path / "cluster", overrides={"min.insync.replicas": "2"})
-    try:
-        code, message = create_topic(made.node(1).port, TOPIC, PARTITIONS, factor=3)
-        assert code == 0, message
+    with running_cluster(tmp_path / "cluster", overrides={"min.insync.replicas": "2"}, topic=(TOPIC, PARTITIONS, 3)) as made:
         yield made
-    except BaseException:
-        print(made.logs())
-        raise
-    finally:
-        made.stop()
 
 
 def produce_all(cluster: ProcessCluster, tag: str, per_partition: int = 20, timeout: float = 60.0) -> list[bytes]:
