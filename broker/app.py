@@ -62,6 +62,7 @@ log = get_logger("broker")
 
 METADATA_TOPIC = "__cluster_metadata"
 PRODUCER_EXPIRATION_CHECK_S = 600.0  # Kafka's producer.id.expiration.check.interval.ms default
+TXN_WRITE_TIMEOUT_MS = 30000  # the transaction log's appends wait as long as Kafka's request.timeout.ms
 
 
 class Broker:
@@ -89,6 +90,8 @@ class Broker:
         self.group_configs = GroupConfigs(
             self.config.get, lambda group_id: self.metadata.image.resource_configs[RESOURCE_GROUP].get(group_id, {}))
         self.partitions = PartitionManager(self.logs)
+        self.partitions.local_id = self.node_id
+        self.partitions.replica_lag_time_max_ms = int(config["replica.lag.time.max.ms"])
         self.log_dir_mover = LogDirMover(self.logs, self.partitions)
         self.cleaner = LogCleaner()
         self.server = KafkaServer(self, int(config["socket.request.max.bytes"]), int(config["connections.max.idle.ms"]))
@@ -156,6 +159,7 @@ class Broker:
             self.metadata = ClusterMetadataStore(LogMetadataLog(metadata_log), self.node_id)  # its log: etcd
             directory_id = read_properties(Path(self.config.log_dirs[0]) / "meta.properties").get("directory.id", "")
             await self.cluster.start(self.metadata, directory_id)  # caught up with the metadata in etcd
+            self.cluster.lead_followers(self.partitions)  # ISR changes to the controller, brokers' epochs
         else:
             self.metadata = MetadataStore(LogMetadataLog(metadata_log), self.node_id)
             self.quorum_epoch = await asyncio.to_thread(start_new_epoch, metadata_log.dir, self.node_id)
@@ -217,7 +221,7 @@ class Broker:
             return s.share_session_timeout_ms, s.share_heartbeat_interval_ms
 
         self.group_coordinator = create_group_coordinator(
-            self._internal_writer(OFFSETS_TOPIC, self._offsets_log_config), values, AsyncioClock(),
+            self._internal_writer(OFFSETS_TOPIC, self._offsets_log_config, int(self.config["offsets.commit.timeout.ms"])), values, AsyncioClock(),
             metadata=self.metadata, consumer_session_settings=consumer_sessions, share_session_settings=share_sessions,
         )
         await self.group_coordinator.start(load=self.cluster is None)  # a node of a cluster: where it leads
@@ -238,7 +242,7 @@ class Broker:
         values["transaction.state.log.num.partitions"] = self._internal_partitions(
             TRANSACTION_STATE_TOPIC, "transaction.state.log.num.partitions")
         self.txn_coordinator = create_transaction_coordinator(
-            self._internal_writer(TRANSACTION_STATE_TOPIC, self._transaction_log_config), values, AsyncioClock(),
+            self._internal_writer(TRANSACTION_STATE_TOPIC, self._transaction_log_config, TXN_WRITE_TIMEOUT_MS), values, AsyncioClock(),
             self._marker_writer(PartitionMarkerWriter(self.partitions.get, {OFFSETS_TOPIC: self._offsets_marker})),
             self.metadata.allocate_producer_id,
             lambda: self.metadata.feature_level(TRANSACTION_VERSION),
@@ -274,8 +278,10 @@ class Broker:
         info = self.metadata.topic(topic)
         return info.partitions if info is not None else int(self.config[config_key])
 
-    def _internal_writer(self, topic: str, log_config: Callable[[], LogConfig]) -> LogPartitionWriter:
-        """A coordinator's PartitionWriter over the logs `<topic>-N` (created on first write)."""
+    def _internal_writer(self, topic: str, log_config: Callable[[], LogConfig], write_timeout_ms: int
+                         ) -> LogPartitionWriter:
+        """A coordinator's PartitionWriter over the logs `<topic>-N` (created on first write); a write
+        to a replicated partition counts once committed, failing after `write_timeout_ms`."""
 
         def log_for(index: int) -> Log:
             partition = self.partitions.get(topic, index)
@@ -291,7 +297,8 @@ class Broker:
         def existing_log(index: int) -> Log | None:
             return self.logs.get_log(topic, index)
 
-        return LogPartitionWriter(log_for, on_append, existing_log, lambda index: self.partitions.get(topic, index))
+        return LogPartitionWriter(log_for, on_append, existing_log, lambda index: self.partitions.get(topic, index),
+                                  write_timeout_ms)
 
     def _share_state_log_config(self) -> LogConfig:
         """Kafka's __share_group_state: deleted by pruning, never by retention."""
@@ -313,7 +320,8 @@ class Broker:
         values = {key: self.config[key] for key in SHARE_COORDINATOR_KEYS}
         values["share.coordinator.state.topic.num.partitions"] = self._internal_partitions(
             SHARE_STATE_TOPIC, "share.coordinator.state.topic.num.partitions")
-        writer = self._internal_writer(SHARE_STATE_TOPIC, self._share_state_log_config)
+        writer = self._internal_writer(SHARE_STATE_TOPIC, self._share_state_log_config,
+                                     int(self.config["share.coordinator.write.timeout.ms"]))
 
         def log_for(index: int) -> Log:
             partition = self.partitions.get(SHARE_STATE_TOPIC, index)
@@ -441,6 +449,10 @@ class Broker:
         self._tasks.append(loop.create_task(self._every(idle_s, OPEN_FILES.close_idle, False)))
         # producer state belongs to the event loop thread: this one runs there
         self._tasks.append(loop.create_task(self._every(PRODUCER_EXPIRATION_CHECK_S, self._expire_producers, False)))
+        if self.cluster is not None:
+            # Kafka's isr-expiration task, every half of replica.lag.time.max.ms, on the event loop
+            lag_s = int(self.config["replica.lag.time.max.ms"]) / 2000.0
+            self._tasks.append(loop.create_task(self._every(lag_s, self.partitions.maybe_shrink_isrs, False)))
 
     async def _every(self, interval: float, job: Callable[[], Any], in_thread: bool = True) -> None:
         while True:
@@ -566,6 +578,11 @@ class Broker:
         return None if node < 0 else (node, *self.simulated.address(node, listener))
 
     def leader_epoch_of(self, topic: str, partition: int) -> int:
+        if self.cluster is not None:  # the metadata's, as every node answers it (not a replica's own)
+            info = self.metadata.topic(topic)
+            found = info.assignments.get(partition) if info is not None else None
+            if found is not None:
+                return found.leader_epoch
         stored = self.partitions.get(topic, partition)
         return stored.leader_epoch if stored is not None else self.leader_epoch
 

@@ -12,6 +12,7 @@ changes. v0-1 list a result per feature on success; v2 has only the top-level er
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from broker.apis.context import BrokerServices, RequestContext
 from broker.apis.registry import api
@@ -75,6 +76,17 @@ async def _elect(broker: BrokerServices, topic: str, index: int, election_type: 
     return None
 
 
+def _cluster_controller(broker: BrokerServices) -> Any:
+    """The active controller of a cluster node (KafkaError NOT_CONTROLLER if this node is not
+    it); None for a single node or a simulated cluster."""
+    node = getattr(getattr(broker, "cluster", None), "node", None)
+    if node is None:
+        return None
+    if node.controller is None or not node.controller.active:
+        raise KafkaError(ErrorCode.NOT_CONTROLLER, "This node is not the active controller.")
+    return node.controller
+
+
 ELECTION_NOT_NEEDED = KafkaError(ErrorCode.ELECTION_NOT_NEEDED, "Leader election not needed for topic partition.")
 
 
@@ -95,6 +107,15 @@ async def handle_elect_leaders(ctx: RequestContext, request: M.ElectLeadersReque
     election_type = request.election_type if ctx.api_version >= 1 else PREFERRED
     if election_type not in (PREFERRED, UNCLEAN):
         return EL(throttle_time_ms=0, error_code=int(ErrorCode.INVALID_REQUEST), replica_election_results=[])
+    controller = _cluster_controller(broker)
+    if controller is not None:  # a cluster: the active controller elects (broker/cluster/elections.py)
+        asked = None if request.topic_partitions is None else \
+            [(t.topic, list(t.partitions)) for t in request.topic_partitions]
+        elected = await controller.elect_leaders(election_type, asked)
+        return EL(throttle_time_ms=0, error_code=0, replica_election_results=[
+            EL.ReplicaElectionResult(topic=name, partition_result=[
+                EL.PartitionResult(partition_id=p, error_code=int(code), error_message=message)
+                for p, code, message in found]) for name, found in elected])
     results = []
     if request.topic_partitions is None:
         # every partition; those that already have the desired leader are left out of the answer

@@ -1,7 +1,11 @@
 """Fetch (key 1): reads from partition logs with long polling.
 
 A fetch that finds fewer than min_bytes waits on its partitions' append notifications (never a
-sleep loop) until enough arrived or max_wait_ms passed. Fetch sessions (KIP-227) are declined
+sleep loop) until enough arrived or max_wait_ms passed. A follower's fetch (a replica id >= 0: ReplicaState from v15, the ReplicaId field before) reads up
+to the log end rather than the high watermark, from the partition's leader only; its history is
+checked against the leader's epochs (LastFetchedEpoch, v12+: a DivergingEpoch answer tells it
+where to truncate), and its fetch offset is recorded (after the read, as Kafka's fetchRecords):
+it may move the high watermark and bring the follower back into the ISR. Fetch sessions (KIP-227) are declined
 by answering session id 0, so clients keep sending full requests (epoch 0 or -1); an incremental
 request (epoch > 0) is answered with FETCH_SESSION_ID_NOT_FOUND, since no session exists. Records
 are never null (librdkafka rejects that); they are the log's FileSlices, which the server sends
@@ -19,6 +23,7 @@ from broker.apis.context import RequestContext
 from broker.apis.registry import api
 from broker.observability.logger import get_logger
 from broker.partition import READ_COMMITTED, Partition
+from broker.partition.partition import LOG_END
 from broker.security.authz import Op, Res, authorize, authorize_cluster
 from broker.security.quotas import Entity, throttle
 from protocol import messages as M
@@ -40,7 +45,7 @@ def _check_leader_epoch(partition: Partition, current_leader_epoch: int) -> Erro
 
 
 class _Target:
-    __slots__ = ("topic", "topic_id", "request", "partition", "error")
+    __slots__ = ("topic", "topic_id", "request", "partition", "error", "diverging")
 
     def __init__(self, topic: str, topic_id: uuid.UUID, request: Q.FetchPartition, partition: Partition | None,
                  error: ErrorCode | None) -> None:
@@ -49,6 +54,54 @@ class _Target:
         self.request = request
         self.partition = partition
         self.error = error
+        self.diverging: tuple[int, int] | None = None  # a follower's (epoch, end offset) to truncate to
+
+
+class _Follower:
+    """The replica a follower's Fetch comes from, and its broker epoch (KIP-903; -1: not said)."""
+
+    __slots__ = ("replica_id", "broker_epoch")
+
+    def __init__(self, replica_id: int, broker_epoch: int) -> None:
+        self.replica_id = replica_id
+        self.broker_epoch = broker_epoch
+
+
+def _follower(request: M.FetchRequest, version: int) -> _Follower | None:
+    if version >= 15:
+        state = request.replica_state
+        return _Follower(state.replica_id, state.replica_epoch) if state.replica_id >= 0 else None
+    return _Follower(request.replica_id, -1) if request.replica_id >= 0 else None
+
+
+def _check_follower(target: _Target, follower: _Follower) -> None:
+    """Kafka's fetchRecords checks for a follower, before the read."""
+    partition, p = target.partition, target.request
+    assert partition is not None
+    try:
+        target.diverging = partition.follower_fetch(follower.replica_id, follower.broker_epoch,
+                                                    p.current_leader_epoch, p.fetch_offset, p.log_start_offset,
+                                                    p.last_fetched_epoch)
+    except KafkaError as exc:
+        target.error = exc.code
+
+
+def _record_follower_fetches(targets: list[_Target], entries: list[R.PartitionData], follower: _Follower,
+                             leader_ends: list[int]) -> None:
+    """After the first read: each partition records the follower's fetch offset (its log end); a
+    stale broker epoch fails that partition, its data withheld (NOT_LEADER_OR_FOLLOWER)."""
+    for target, entry, end in zip(targets, entries, leader_ends):
+        partition = target.partition
+        if target.error is not None or target.diverging is not None or partition is None or entry.error_code:
+            continue
+        p = target.request
+        try:
+            partition.update_follower(follower.replica_id, follower.broker_epoch, p.fetch_offset, p.log_start_offset, end)
+        except KafkaError as exc:
+            target.error = exc.code
+            entry.error_code = int(exc.code)
+            entry.records = b""
+            entry.high_watermark = entry.last_stable_offset = entry.log_start_offset = -1
 
 
 def _readable(ctx: RequestContext, request: M.FetchRequest, version: int) -> Callable[[str], bool] | None:
@@ -62,7 +115,7 @@ def _readable(ctx: RequestContext, request: M.FetchRequest, version: int) -> Cal
     return lambda name: authorize(ctx, Op.READ, Res.TOPIC, name)
 
 
-def _resolve(ctx: RequestContext, request: M.FetchRequest, version: int) -> list[_Target]:
+def _resolve(ctx: RequestContext, request: M.FetchRequest, version: int, follower: _Follower | None) -> list[_Target]:
     broker = ctx.broker
     readable = _readable(ctx, request, version)
     targets = []
@@ -79,7 +132,10 @@ def _resolve(ctx: RequestContext, request: M.FetchRequest, version: int) -> list
                     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             else:
                 error = _check_leader_epoch(partition, p.current_leader_epoch)
-            targets.append(_Target(t.topic, t.topic_id, p, partition, error))
+            target = _Target(t.topic, t.topic_id, p, partition, error)
+            if follower is not None and error is None:
+                _check_follower(target, follower)
+            targets.append(target)
     return targets
 
 
@@ -107,6 +163,12 @@ def _read_all(targets: list[_Target], request: M.FetchRequest, isolation: int) -
         assert partition is not None  # found: no error
         if partition.deleted:  # deleted while this fetch waited
             entry.error_code = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            continue
+        if target.diverging is not None:  # the follower truncates first: no records
+            entry.diverging_epoch = R.EpochEndOffset(epoch=target.diverging[0], end_offset=target.diverging[1])
+            entry.high_watermark = partition.high_watermark
+            entry.last_stable_offset = partition.last_stable_offset
+            entry.log_start_offset = partition.log_start_offset
             continue
         try:
             info = partition.read(p.fetch_offset, max(min(p.partition_max_bytes, remaining), 0), isolation,
@@ -156,13 +218,19 @@ async def handle_fetch(ctx: RequestContext, request: M.FetchRequest) -> M.FetchR
         # (close, or sessionless) are full requests, answered in full with session id 0
         return R(throttle_time_ms=0, error_code=int(ErrorCode.FETCH_SESSION_ID_NOT_FOUND), session_id=0, responses=[])
     broker = ctx.broker
-    isolation = request.isolation_level
+    follower = _follower(request, version)
+    isolation = request.isolation_level if follower is None else LOG_END
     quota = _fetch_quota(ctx, request, version)
-    targets = _resolve(ctx, request, version)
+    targets = _resolve(ctx, request, version, follower)
+    leader_ends = [t.partition.log.log_end_offset if t.partition is not None else -1 for t in targets]
     entries, total = _read_all(targets, request, isolation)
+    if follower is not None:
+        _record_follower_fetches(targets, entries, follower, leader_ends)
     deadline = time.monotonic() + request.max_wait_ms / 1000.0
     waitable = [t.partition for t in targets if t.error is None and t.partition is not None]
-    while total < request.min_bytes and waitable and not broker.stopping and not any(e.error_code for e in entries):
+    diverging = any(t.diverging is not None for t in targets)
+    while (total < request.min_bytes and waitable and not broker.stopping and not diverging
+           and not any(e.error_code for e in entries)):
         timeout = deadline - time.monotonic()
         if timeout <= 0:
             break

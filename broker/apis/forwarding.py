@@ -10,8 +10,8 @@ so the client's next request there sees it. A node that is the controller serves
 itself. Controller unknown or unreachable: NOT_CONTROLLER, which clients retry.
 
 Also here, the controller's own APIs that no client calls and that ApiVersions does not list:
-Envelope, BrokerRegistration, BrokerHeartbeat, AllocateProducerIds (Kafka's controller
-listener APIs), served only in cluster mode, only on the inter-broker listener (Kafka serves
+Envelope, BrokerRegistration, BrokerHeartbeat, AllocateProducerIds, AlterPartition (Kafka's
+controller listener APIs), served only in cluster mode, only on the inter-broker listener (Kafka serves
 them on its privileged listeners only: another listener's connection that sends one is closed)
 and only to principals with CLUSTER_ACTION on the cluster (ControllerApis: the other brokers
 authenticate as the inter-broker principal, which needs it; super.users, as Kafka's docs
@@ -220,6 +220,21 @@ async def handle_allocate_producer_ids(ctx: RequestContext,
         return await _controller(node).allocate_producer_ids(request)  # type: ignore[no-any-return]
     except KafkaError as exc:
         return M.AllocateProducerIdsResponse(error_code=exc.code, producer_id_start=-1, producer_id_len=0)
+
+
+@api(56, controller=True)
+async def handle_alter_partition(ctx: RequestContext,
+                                 request: M.AlterPartitionRequest) -> M.AlterPartitionResponse | None:
+    """A partition leader's ISR change (its AlterPartitionManager sends it to the active
+    controller; broker/cluster/elections.py decides)."""
+    try:
+        node = _cluster(ctx)
+    except _Closed:
+        return None
+    try:
+        return await _controller(node).alter_partition(request, ctx.api_version)  # type: ignore[no-any-return]
+    except KafkaError as exc:
+        return M.AlterPartitionResponse(throttle_time_ms=0, error_code=exc.code, topics=[])
 
 
 def _controller(node: ClusterNode) -> Any:

@@ -68,13 +68,19 @@ def _is_transactional(records: Buffer | None) -> bool:
 
 
 async def _produce_partition(ctx: RequestContext, partition: Partition, index: int, records: Buffer,
-                             transactional_id: str | None) -> R.PartitionProduceResponse:
+                             transactional_id: str | None, acks: int, timeout_ms: int) -> R.PartitionProduceResponse:
     broker = ctx.broker
     try:
         guard = None
         if _is_transactional(records):
             guard = await verify_transactional_produce(ctx, partition, parse_batch_header(records), transactional_id)
-        result = await partition.append(records, guard)
+        result = await partition.append(records, guard, acks)
+        code = ErrorCode.NONE
+        if acks == -1 and not partition.leads_alone:
+            # answered once the high watermark passes the batch (Kafka's DelayedProduce; the
+            # offsets it was given stay in an answer with an error, as Kafka's do)
+            required = result.base_offset + parse_batch_header(records).last_offset_delta + 1
+            code = await partition.wait_replicated(required, max(timeout_ms, 0) / 1000.0)
     except RecordValidationError as exc:  # KIP-467: the client fails only the records named
         response = _partition_error(index, exc.code, exc.message)
         response.log_start_offset = exc.log_start_offset
@@ -88,7 +94,7 @@ async def _produce_partition(ctx: RequestContext, partition: Partition, index: i
         return _partition_error(index, ErrorCode.KAFKA_STORAGE_ERROR, str(exc))
     broker.metrics.bytes_in.inc(len(records))
     return R.PartitionProduceResponse(
-        index=index, error_code=0, base_offset=result.base_offset, log_append_time_ms=result.log_append_time,
+        index=index, error_code=int(code), base_offset=result.base_offset, log_append_time_ms=result.log_append_time,
         log_start_offset=result.log_start_offset,
     )
 
@@ -129,7 +135,8 @@ async def handle_produce(ctx: RequestContext, request: M.ProduceRequest) -> M.Pr
                 assert records is not None  # checked: one record batch
                 # a placeholder keeps the partitions in request order
                 pending.append((out.partition_responses, len(out.partition_responses),
-                                _produce_partition(ctx, partition, p.index, records, request.transactional_id)))
+                                _produce_partition(ctx, partition, p.index, records, request.transactional_id,
+                                                   request.acks, request.timeout_ms)))
                 out.partition_responses.append(None)  # type: ignore[arg-type]  # replaced below
     if pending:
         if len(pending) == 1:

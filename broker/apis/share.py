@@ -74,7 +74,10 @@ async def handle_share_group_heartbeat(ctx: RequestContext, request: M.ShareGrou
             return M.ShareGroupHeartbeatResponse(error_code=E.TOPIC_AUTHORIZATION_FAILED)
         coordinator = coordinator_of(ctx)
         if request.member_epoch == 0:
-            await ctx.broker.ensure_share_state_topic()
+            try:
+                await ctx.broker.ensure_share_state_topic()
+            except KafkaError as exc:  # cannot be made now (no controller, too few brokers): retriable
+                raise KafkaError(E.COORDINATOR_NOT_AVAILABLE, exc.message) from None
         elif request.member_epoch > 0:
             release_on_next_request(ctx, coordinator, request)  # the heartbeat may be held
         response = await coordinator.share_group_heartbeat(request, request_info(ctx))

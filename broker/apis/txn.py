@@ -18,6 +18,7 @@ from broker.apis.registry import api
 from broker.coordinator.group.coordinator import GROUP_METADATA_TOPIC as OFFSETS_TOPIC
 from broker.coordinator.group.coordinator import txn_offset_commit_error
 from broker.coordinator.txn import TransactionCoordinator
+from broker.coordinator.txn.markers import MARKER_TIMEOUT_S
 from broker.coordinator.txn.state import TV_0, TV_2, TopicPartition
 from broker.metadata import INTERNAL_TOPICS
 from broker.partition import Partition, VerificationState
@@ -307,8 +308,10 @@ async def _write_marker(broker: BrokerServices, marker: M.WriteTxnMarkersRequest
         partition = broker.partitions.get(topic, index)
         if partition is None:
             return E.UNKNOWN_TOPIC_OR_PARTITION
-        await partition.write_marker(marker.producer_id, marker.producer_epoch, marker.transaction_result,
-                                     marker.coordinator_epoch, tv)
+        partition.check_enough_replicas(-1)  # markers are written as acks=all, as Kafka does
+        result = await partition.write_marker(marker.producer_id, marker.producer_epoch, marker.transaction_result,
+                                              marker.coordinator_epoch, tv)
+        await partition.replicated(result.first_offset + 1, MARKER_TIMEOUT_S)
         return E.NONE
     except KafkaError as exc:
         return exc.code

@@ -10,10 +10,12 @@ its registration it is caught up and unfenced. A broker whose heartbeats stop fo
 controlled shutdown, fenced, and told it may go. Two processes with the same node.id: while the
 registered one's session lasts, a registration with another incarnation id is refused.
 
-Leadership follows fencing (replication comes with part 2 of the cluster work): a fenced broker
-leads nothing; each partition it led moves to another unfenced in-sync replica, or has no leader
-(-1) until an in-sync replica is unfenced again. Every change is a PartitionChangeRecord, which
-starts a new leader epoch.
+Leadership and ISRs follow the brokers' states (elections.py, as Kafka's ReplicationControlManager):
+a fenced or shutting-down broker leaves every ISR where others remain and leads nothing, each
+partition it led electing another in-sync replica (or none, -1, until one is back); an unfenced
+broker leads the leaderless partitions it may lead; a new incarnation of a broker (a restart) is
+taken as an unclean shutdown and leaves ISRs and eligible leader replicas (KIP-966). Every change
+is a PartitionChangeRecord.
 
 The time of each broker's last heartbeat is the active controller's memory, not the log: a new
 controller gives every registered broker a fresh session (Kafka's BrokerHeartbeatManager does the
@@ -27,11 +29,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from broker.cluster.elections import Changes, Policy
 from broker.metadata.image import FENCE, UNFENCE, MetadataImage
 from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
 
-NO_LEADER = -1
+DEFAULT_POLICY = Policy()
 
 
 @dataclass
@@ -64,7 +67,8 @@ class Outcome:
 
 
 def register(image: MetadataImage, heartbeats: Heartbeats, request: Any, cluster_id: str, next_offset: int,
-             now: int, session_timeout_ms: int, supported: dict[str, tuple[int, int]]) -> Outcome:
+             now: int, session_timeout_ms: int, supported: dict[str, tuple[int, int]],
+             policy: Policy = DEFAULT_POLICY) -> Outcome:
     """BrokerRegistration: the RegisterBrokerRecord (the broker fenced, its epoch the record's
     offset), or KafkaError with Kafka's code and message."""
     if request.cluster_id != cluster_id:
@@ -90,13 +94,19 @@ def register(image: MetadataImage, heartbeats: Heartbeats, request: Any, cluster
                   for n, (lo, hi) in sorted(offered.items())],
         rack=request.rack, fenced=True, in_controlled_shutdown=False, log_dirs=list(request.log_dirs or ()))
     heartbeats.touch(request.broker_id, now)
-    records: list[Any] = [record]
-    if existing is not None:  # the partitions its old registration led: led by nobody until it is unfenced
-        records += leadership_after_fence(image, [request.broker_id])
+    records: list[Any] = []
+    if existing is not None and existing.incarnation_id != request.incarnation_id:
+        changes = Changes(image, policy)
+        if not existing.fenced:  # its old incarnation's session ran out unnoticed: as if fenced
+            changes.remove_from_isrs(request.broker_id)
+        changes.unclean_shutdown(request.broker_id)
+        records = changes.records
+    records.append(record)  # the broker epoch: the offset of the first record written for it, as Kafka's
     return Outcome(records, M.BrokerRegistrationResponse(error_code=0, broker_epoch=next_offset))
 
 
-def heartbeat(image: MetadataImage, heartbeats: Heartbeats, request: Any, now: int) -> Outcome:
+def heartbeat(image: MetadataImage, heartbeats: Heartbeats, request: Any, now: int,
+              policy: Policy = DEFAULT_POLICY) -> Outcome:
     """BrokerHeartbeat: the broker's next state (Kafka's calculateNextBrokerState) as records."""
     found = image.brokers.get(request.broker_id)
     if found is None:
@@ -115,58 +125,37 @@ def heartbeat(image: MetadataImage, heartbeats: Heartbeats, request: Any, now: i
             records.append(M.BrokerRegistrationChangeRecord(broker_id=found.node_id, broker_epoch=found.epoch,
                                                             fenced=FENCE if not fenced else 0,
                                                             in_controlled_shutdown=1))
-            if not fenced:
-                records += leadership_after_fence(image, [found.node_id])
+            changes = Changes(image, policy)
+            changes.remove_from_isrs(found.node_id)  # its leaderships move before it goes
+            records += changes.records
         fenced, shut_down = True, True
     elif fenced and caught_up and not request.want_fence:
         records.append(M.BrokerRegistrationChangeRecord(broker_id=found.node_id, broker_epoch=found.epoch,
                                                         fenced=UNFENCE, in_controlled_shutdown=0))
-        records += leadership_after_unfence(image, found.node_id)
+        changes = Changes(image, policy)
+        changes.leaderless_with(found.node_id)
+        records += changes.records
         fenced = False
     elif not fenced and request.want_fence:
-        records += fence(image, [found.node_id])
+        records += fence(image, [found.node_id], policy)
         fenced = True
     return Outcome(records, M.BrokerHeartbeatResponse(error_code=0, is_caught_up=caught_up, is_fenced=fenced,
                                                       should_shut_down=shut_down))
 
 
-def fence(image: MetadataImage, node_ids: Iterable[int]) -> list[Any]:
-    """Fence brokers (missed heartbeats, or asked): a BrokerRegistrationChangeRecord each, then
-    the leadership changes."""
-    ids = [n for n in node_ids if n in image.brokers and not image.brokers[n].fenced]
-    records: list[Any] = [M.BrokerRegistrationChangeRecord(broker_id=n, broker_epoch=image.brokers[n].epoch,
-                                                           fenced=FENCE, in_controlled_shutdown=0) for n in ids]
-    return records + leadership_after_fence(image, ids)
-
-
-def _usable(image: MetadataImage, node_id: int, gone: set[int]) -> bool:
-    b = image.brokers.get(node_id)
-    return b is not None and not b.fenced and node_id not in gone
-
-
-def leadership_after_fence(image: MetadataImage, node_ids: Iterable[int]) -> list[Any]:
-    """Each partition led by one of `node_ids` gets another unfenced in-sync replica as leader,
-    or none."""
-    gone = set(node_ids)
+def fence(image: MetadataImage, node_ids: Iterable[int], policy: Policy = DEFAULT_POLICY) -> list[Any]:
+    """Fence brokers (missed heartbeats, or asked), one after the other as Kafka does: each
+    leaves the ISRs and its partitions elect again, then its BrokerRegistrationChangeRecord."""
+    changes = Changes(image, policy)
     records: list[Any] = []
-    for topic in sorted(image.topics.values(), key=lambda t: t.name):
-        for index, a in sorted(topic.assignments.items()):
-            if a.leader not in gone:
-                continue
-            leader = next((r for r in a.isr if _usable(image, r, gone)), NO_LEADER)
-            records.append(M.PartitionChangeRecord(topic_id=topic.topic_id, partition_id=index, leader=leader,
-                                                   isr=None))
-    return records
-
-
-def leadership_after_unfence(image: MetadataImage, node_id: int) -> list[Any]:
-    """Partitions without a leader that have the unfenced broker in sync get it as leader."""
-    records: list[Any] = []
-    for topic in sorted(image.topics.values(), key=lambda t: t.name):
-        for index, a in sorted(topic.assignments.items()):
-            if a.leader == NO_LEADER and node_id in a.isr:
-                records.append(M.PartitionChangeRecord(topic_id=topic.topic_id, partition_id=index, leader=node_id,
-                                                       isr=None))
+    for n in node_ids:
+        if n not in image.brokers or image.brokers[n].fenced:
+            continue
+        changes.remove_from_isrs(n)
+        records += changes.records
+        changes.records = []
+        records.append(M.BrokerRegistrationChangeRecord(broker_id=n, broker_epoch=image.brokers[n].epoch,
+                                                        fenced=FENCE, in_controlled_shutdown=0))
     return records
 
 

@@ -5,7 +5,10 @@ cluster is made here (CreateTopics and the other forwardable admin requests, whi
 nodes forward; broker registrations and heartbeats; producer-id blocks) and answered once its
 records are durable in etcd (`ControllerLog.sync`). On winning it first replays the log up to its
 end, gives every registered broker a fresh session and, on a new cluster, finalizes the features.
-A timer fences the brokers whose sessions ran out (brokers.py). Behind its appends it writes a
+A timer fences the brokers whose sessions ran out (brokers.py). Partition leaderships and ISRs
+change here only (elections.py): AlterPartition from partition leaders, ElectLeaders, and every
+`leader.imbalance.check.interval.seconds` the preferred leaders back (auto.leader.rebalance.enable)
+and unclean elections of leaderless partitions whose topic allows them. Behind its appends it writes a
 snapshot of the image to etcd every `metadata.log.max.snapshot.interval.records` records and
 deletes the log behind it, so etcd stays small.
 """
@@ -18,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from broker.cluster import brokers
+from broker.cluster import brokers, elections
 from broker.cluster.keys import Leadership
 from broker.cluster.metadata_log import MetadataLog, Snapshot
 from broker.cluster.metadata_sync import ControllerLog, MetadataLoader, not_controller
@@ -40,6 +43,13 @@ class ControllerSettings:
     snapshot_bytes: int = 20 * 1024 * 1024  # metadata.log.max.record.bytes.between.snapshots
     static_min_insync_replicas: int = 1
     catch_up_timeout_s: float = 30.0
+    static_unclean_leader_election: bool = False  # unclean.leader.election.enable
+    auto_leader_rebalance: bool = True  # auto.leader.rebalance.enable
+    leader_imbalance_check_interval_ms: int = 300_000  # leader.imbalance.check.interval.seconds
+
+
+MAX_ELECTIONS_PER_IMBALANCE = 1000  # partition changes per balancing round, as Kafka's
+UNCLEAN_CHECK_INTERVAL_MS = 300_000  # how often leaderless partitions are offered an unclean election (Kafka's)
 
 
 def supported_levels() -> dict[str, tuple[int, int]]:
@@ -85,7 +95,8 @@ class ActiveController:
         self._active.set()
         log.info("active controller", node_id=self.node_id, epoch=leadership.epoch, offset=end)
         loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._fence_expired(), name="controller-fencing")]
+        self._tasks = [loop.create_task(self._fence_expired(), name="controller-fencing"),
+                       loop.create_task(self._balance(), name="controller-leader-balance")]
         async with self._lock:
             if self.store.bootstrap(self.settings.static_min_insync_replicas):
                 await self.clog.sync()
@@ -131,7 +142,7 @@ class ActiveController:
                 self.heartbeats.last.pop(self.node_id, None)
             outcome = brokers.register(self.store.image, self.heartbeats, request, self.settings.cluster_id,
                                        self.store.image.records, self.clock_ms(), self.settings.session_timeout_ms,
-                                       supported_levels())
+                                       supported_levels(), self.policy)
             self.store.append_records(outcome.records)
             log.info("broker registered", broker_id=request.broker_id, broker_epoch=outcome.response.broker_epoch)
             return outcome.response
@@ -140,7 +151,7 @@ class ActiveController:
 
     async def heartbeat(self, request: Any) -> Any:
         def make() -> Any:
-            outcome = brokers.heartbeat(self.store.image, self.heartbeats, request, self.clock_ms())
+            outcome = brokers.heartbeat(self.store.image, self.heartbeats, request, self.clock_ms(), self.policy)
             self.store.append_records(outcome.records)
             if outcome.records:
                 log.info("broker state changed", broker_id=request.broker_id, fenced=outcome.response.is_fenced,
@@ -148,6 +159,44 @@ class ActiveController:
             return outcome.response
 
         return await self.change(make)
+
+    @property
+    def policy(self) -> elections.Policy:
+        return elections.Policy(self.node_id, self.settings.static_min_insync_replicas,
+                                self.settings.static_unclean_leader_election)
+
+    async def alter_partition(self, request: Any, version: int) -> Any:
+        """AlterPartition from a partition leader: its ISR changes, answered once durable."""
+        def make() -> Any:
+            changes = elections.Changes(self.store.image, self.policy)
+            response = elections.alter_partition(changes, request, version)
+            self.store.append_records(changes.records)
+            if changes.records:
+                log.info("partition ISRs changed", broker_id=request.broker_id, partitions=len(changes.records))
+            return response
+
+        return await self.change(make)
+
+    async def elect_leaders(self, election_type: int, topic_partitions: list[tuple[str, list[int]]] | None
+                            ) -> list[tuple[str, list[tuple[int, ErrorCode, str | None]]]]:
+        """ElectLeaders (PREFERRED 0, UNCLEAN 1): per topic, each partition's (index, error,
+        message); None asks for every partition, and those needing no election are left out."""
+        def make() -> Any:
+            changes = elections.Changes(self.store.image, self.policy)
+            results: list[tuple[str, list[tuple[int, ErrorCode, str | None]]]] = []
+            if topic_partitions is None:
+                for name, info in sorted(self.store.image.topics.items()):
+                    found = [(p, *elections.elect_leader(changes, name, p, election_type))
+                             for p in sorted(info.assignments)]
+                    results.append((name, [r for r in found if r[1] is not ErrorCode.ELECTION_NOT_NEEDED]))
+            else:
+                for name, indexes in topic_partitions:
+                    results.append((name, [(p, *elections.elect_leader(changes, name, p, election_type))
+                                           for p in indexes]))
+            self.store.append_records(changes.records)
+            return results
+
+        return await self.change(make)  # type: ignore[no-any-return]
 
     async def allocate_producer_ids(self, request: Any) -> Any:
         def make() -> Any:
@@ -173,7 +222,7 @@ class ActiveController:
             if not expired:
                 continue
             def fence(ids: list[int] = expired) -> None:
-                self.store.append_records(brokers.fence(self.store.image, ids))
+                self.store.append_records(brokers.fence(self.store.image, ids, self.policy))
 
             try:
                 await self.change(fence)
@@ -181,6 +230,39 @@ class ActiveController:
                             session_timeout_ms=self.settings.session_timeout_ms)
             except KafkaError as exc:
                 log.warning("brokers not fenced", brokers=expired, error=exc.message)
+
+    async def _balance(self) -> None:
+        """Preferred leaders back (auto.leader.rebalance.enable) every check interval, and unclean
+        elections for leaderless partitions of topics that allow them; a round that made the
+        most changes it may is followed by another at once, as Kafka's."""
+        interval_ms = max(50, self.settings.leader_imbalance_check_interval_ms)
+        next_unclean = self.clock_ms() + UNCLEAN_CHECK_INTERVAL_MS
+        while True:
+            await asyncio.sleep(interval_ms / 1000.0)
+            more = True
+            while more:
+                now = self.clock_ms()
+                unclean = now >= next_unclean
+                if unclean:
+                    next_unclean = now + UNCLEAN_CHECK_INTERVAL_MS
+
+                def make(unclean: bool = unclean) -> int:
+                    changes = elections.Changes(self.store.image, self.policy)
+                    if self.settings.auto_leader_rebalance:
+                        changes.preferred(MAX_ELECTIONS_PER_IMBALANCE)
+                    if unclean:
+                        changes.unclean_leaderless(MAX_ELECTIONS_PER_IMBALANCE)
+                    self.store.append_records(changes.records)
+                    return len(changes.records)
+
+                try:
+                    made = await self.change(make)
+                except KafkaError as exc:
+                    log.warning("leader balancing not done", error=exc.message)
+                    break
+                if made:
+                    log.info("partition leaders balanced", changes=made)
+                more = made >= MAX_ELECTIONS_PER_IMBALANCE
 
     async def _maybe_snapshot(self) -> None:
         leadership = self.leadership

@@ -259,15 +259,24 @@ class ControllerElection:
         if resign:
             await self.resign()
 
-    async def resign(self) -> None:
-        """Give up the controller key (a clean shutdown: the others need not wait for the lease)."""
+    async def resign(self, until_done: bool = False) -> None:
+        """Give up the controller key, so that the others need not wait for the lease. A clean
+        shutdown tries once; a term given up while running (a failed append) tries `until_done`:
+        etcd away for less than a lease comes back with the key and its lease still alive, and
+        no node could campaign while it stands."""
         leadership = self.leadership
         if leadership is None:
             return
         await self._set(self.controller, None)
-        with contextlib.suppress(EtcdUnavailable):
-            await self.etcd.txn([Compare.create_revision_is(self.keys.controller, leadership.revision)],
-                                [DeleteRange(self.keys.controller)])
+        while True:
+            try:
+                await self.etcd.txn([Compare.create_revision_is(self.keys.controller, leadership.revision)],
+                                    [DeleteRange(self.keys.controller)])
+                return
+            except EtcdUnavailable:
+                if not until_done or self.session.lost.is_set():
+                    return  # the lease, gone with the session, takes the key with it
+                await asyncio.sleep(RETRY_DELAY_S)
 
     async def wait_for(self, predicate: Callable[[ControllerElection], bool], timeout: float) -> None:
         async with self._changed:

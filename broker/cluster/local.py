@@ -4,20 +4,25 @@ module sits below the wiring)."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from pathlib import Path
 from typing import Any
 
+from broker.cluster.alter_partition import ALTER_PARTITION, ALTER_PARTITION_VERSION, AlterPartitionManager
+from broker.cluster.client import NodeClient
+from broker.cluster.fetcher import FetcherSettings, ReplicaFetcherManager
 from broker.cluster.metadata_sync import ClusterMetadataStore
 from broker.cluster.node import ClusterNode, ClusterSettings
 from broker.cluster.producer_ids import ProducerIdBlocks
 from broker.cluster.publisher import MetadataPublisher
 from broker.cluster.view import ImageView
 from broker.config import read_properties
-from broker.metadata import MetadataImage, TopicInfo
+from broker.metadata import Assignment, MetadataImage, TopicInfo
 from broker.metadata.image import INTERNAL_TOPICS, OFFSETS_TOPIC, SHARE_STATE_TOPIC, TRANSACTION_STATE_TOPIC
 from broker.metadata.quorum import QuorumState, Replica
 from broker.observability.logger import get_logger
+from broker.partition.replica import BrokerStatus
 from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
 
@@ -25,23 +30,42 @@ log = get_logger("broker.cluster")
 
 
 class LocalBroker:
-    def __init__(self, broker: Any) -> None:
+    def __init__(self, broker: Any, fetchers: ReplicaFetcherManager) -> None:
         self.broker = broker
+        self._background: set[asyncio.Task[None]] = set()
         self.node_id: int = broker.node_id
+        self.fetchers = fetchers
 
     def image(self) -> MetadataImage:
         return self.broker.metadata.image  # type: ignore[no-any-return]
 
-    def host_partition(self, info: TopicInfo, index: int, leader_epoch: int | None) -> None:
+    ready = True  # may this node lead what the metadata says it leads (ClusterMode: once registered)
+
+    def host_partition(self, info: TopicInfo, index: int, assignment: Assignment, fetch: bool = True) -> None:
+        """Kafka's makeLeader / makeFollower: the leader stops fetching first and leads from the
+        assignment's epochs; a follower follows its leader (none: it waits for one; `fetch` False:
+        it does not fetch yet). Before this node may lead (`ready`), a leadership the metadata
+        gives it waits as a follower of nobody."""
         b = self.broker
-        partition = b.partitions.get(info.name, index)
+        a = assignment
+        tp = (info.name, index)
+        partition = b.partitions.get(*tp)
         if partition is None:
             partition = b.partitions.ensure(info.name, index, info.topic_id, b.topic_log_config(info.name))
-        if leader_epoch is not None:
-            partition.become_leader(leader_epoch)
+        if a.leader == self.node_id and self.ready:
+            self.fetchers.remove_partition(tp)
+            partition.make_leader(a.leader_epoch, a.partition_epoch, a.replicas, a.isr)
+            return
+        leader = a.leader if a.leader != self.node_id else -1
+        partition.make_follower(leader, a.leader_epoch, a.partition_epoch, a.replicas, a.isr)
+        if leader < 0 or not fetch:
+            self.fetchers.remove_partition(tp)
+        else:
+            self.fetchers.add_partition(tp, info.topic_id, leader, a.leader_epoch)
 
     async def drop_topic(self, name: str, topic_id: uuid.UUID) -> None:
         b = self.broker
+        self.fetchers.remove_topic(name)
         b.log_dir_mover.cancel_topic(name)
         await b.partitions.remove_topic(name)
         log.info("topic deleted", topic=name)
@@ -58,7 +82,7 @@ class LocalBroker:
         if runtime is None:
             return
         loaded = runtime.state(index) is not None
-        if lead and not loaded:
+        if lead and not loaded and self.ready:
             log.info("coordinator partition loading", topic=topic, partition=index)
             await runtime.load(index)
         elif not lead and loaded:
@@ -72,7 +96,13 @@ class LocalBroker:
         return coordinator.runtime if coordinator is not None else None
 
     async def topics_changed(self, created: set[str], deleted: set[str], changed: set[str]) -> None:
-        await self.broker.topics_changed(created=created, deleted=deleted, changed=changed)
+        """The group coordinator hears of it in the background, as Kafka's publisher tells it: its
+        shards' writes wait to be committed, which must not hold the metadata back (a leadership
+        the next records give this node, whose followers that commit may be waiting for)."""
+        task = asyncio.get_running_loop().create_task(
+            self.broker.topics_changed(created=created, deleted=deleted, changed=changed))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def topic_configs_changed(self, name: str) -> None:
         b = self.broker
@@ -91,10 +121,19 @@ class ClusterMode(LocalBroker):
     that makes it follow the metadata, and the answers the broker gives from the cluster's view."""
 
     def __init__(self, broker: Any, settings: ClusterSettings, metadata_dir: Path) -> None:
-        super().__init__(broker)
-        self.node = ClusterNode(settings, broker.node_id, metadata_dir)
+        node = ClusterNode(settings, broker.node_id, metadata_dir)
+        fetchers = ReplicaFetcherManager(broker.node_id, self._fetcher_connection, lambda: node.broker_epoch,
+                                         broker.partitions.get, FetcherSettings.from_config(broker.config))
+        super().__init__(broker, fetchers)
+        self.node = node
         self.publisher = MetadataPublisher(self)
         self.producer_ids: ProducerIdBlocks | None = None
+        self.alter_partition: AlterPartitionManager | None = None
+        # As a KRaft broker, lead partitions and coordinators only once registered and caught up
+        # with the metadata past its registration (unfenced): until then the image may still name
+        # this node's previous incarnation as a leader that the controller has not yet moved.
+        self.ready = False
+        node.unfenced_listeners.append(self._unfenced)
         self.metadata_dir = metadata_dir
 
     @classmethod
@@ -120,6 +159,11 @@ class ClusterMode(LocalBroker):
         await self.node.wait_for_bootstrap()
         self.producer_ids = store.producer_ids = ProducerIdBlocks(self.node.allocate_producer_ids)
 
+    def _unfenced(self) -> None:
+        if not self.ready:
+            self.ready = True
+            self.publisher(None)  # take up the leaderships the metadata gives this node
+
     async def follow(self) -> None:
         """From now on the broker follows the metadata; first, everything there is."""
         store = self.broker.metadata
@@ -138,7 +182,38 @@ class ClusterMode(LocalBroker):
             listeners.append((a.name.upper(), host, port, SECURITY_PROTOCOLS.get(protocol, 0)))
         self.node.start_lifecycle(listeners)
 
+    def lead_followers(self, partitions: Any) -> None:
+        """What the partitions this node leads need of the cluster: the brokers' epochs and states
+        (KIP-903, ISR eligibility) and the AlterPartition manager their ISR changes go through."""
+        node = self.node
+
+        def status(broker_id: int) -> BrokerStatus | None:
+            found = self.image().brokers.get(broker_id)
+            if found is None:
+                return None
+            return BrokerStatus(None if found.fenced else found.epoch, found.fenced, found.in_controlled_shutdown)
+
+        async def send(request: M.AlterPartitionRequest) -> M.AlterPartitionResponse:
+            controller: Any = node.controller
+            return await node.to_controller(ALTER_PARTITION, ALTER_PARTITION_VERSION, request,
+                                            lambda r: controller.alter_partition(r, ALTER_PARTITION_VERSION))  # type: ignore[no-any-return]
+
+        self.alter_partition = AlterPartitionManager(self.node_id, lambda: node.broker_epoch, send)
+        partitions.broker_statuses, partitions.alter_partition = status, self.alter_partition
+        partitions.logs.high_watermarks = partitions.high_watermark_of  # replication-offset-checkpoint
+
+    def _fetcher_connection(self, leader: int) -> NodeClient:
+        """A replica fetcher's own connection to `leader` (a long poll holds it; Kafka's fetchers
+        have theirs), on the inter-broker listener with its security."""
+        node = self.node
+        return NodeClient(lambda: node.view.address(leader, node.settings.inter_broker_listener)
+                          if node.view is not None else None, "broker-%d-fetcher-0" % self.node_id,
+                          security=node.settings.inter_broker_security, node=leader)
+
     async def stop(self, clean: bool) -> None:
+        await self.fetchers.shutdown()  # nothing is appended to a follower's log from here on
+        if self.alter_partition is not None:
+            self.alter_partition.stop()
         if self.producer_ids is not None:
             self.producer_ids.stop()
         await self.node.stop(clean)

@@ -260,8 +260,9 @@ def _replay_into(image: MetadataImage, batch: Batch) -> list[Any]:
 
 class ClusterMetadataStore(MetadataStore):
     """The metadata store of a node in cluster mode. Producer ids come in blocks from the
-    controller (producer_ids.py). A new partition's in-sync replicas are its leader alone: the
-    others are not in sync before they replicate it."""
+    controller (producer_ids.py). A new partition's in-sync replicas are its live replicas
+    (registered, unfenced, not shutting down) and its leader the first of them, as Kafka's
+    ReplicationControlManager creates them."""
 
     producer_ids: Any = None  # producer_ids.ProducerIdBlocks, once the node has joined
 
@@ -273,5 +274,13 @@ class ClusterMetadataStore(MetadataStore):
     def _partition_record(self, topic_id: uuid.UUID, index: int,
                           replicas: Callable[[int], list[int]] | None = None) -> Any:
         record = super()._partition_record(topic_id, index, replicas)
-        record.isr = list(record.replicas[:1])
+        brokers = self.image.brokers
+        live = [r for r in record.replicas
+                if r in brokers and not brokers[r].fenced and not brokers[r].in_controlled_shutdown]
+        if not live:
+            raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                             "Unable to replicate the partition %d time(s): All brokers are currently fenced or "
+                             "in controlled shutdown." % len(record.replicas))
+        record.isr = live
+        record.leader = live[0]
         return record

@@ -71,6 +71,9 @@ class ClusterSettings:
     static_min_insync_replicas: int
     # how this node connects to the others' inter-broker listener (TLS, SASL); None: plain TCP
     inter_broker_security: InterBrokerSecurity | None = None
+    unclean_leader_election: bool = False  # unclean.leader.election.enable
+    auto_leader_rebalance: bool = True  # auto.leader.rebalance.enable
+    leader_imbalance_check_interval_ms: int = 300_000  # leader.imbalance.check.interval.seconds
 
     @classmethod
     def from_config(cls, config: Any, inter_broker_listener: str) -> ClusterSettings:
@@ -81,7 +84,9 @@ class ClusterSettings:
                    int(config["broker.session.timeout.ms"]), int(config["broker.heartbeat.interval.ms"]),
                    inter_broker_listener, config["broker.rack"],
                    int(config["metadata.log.max.record.bytes.between.snapshots"]),
-                   config.static_min_insync_replicas, inter_broker_security(config, inter_broker_listener))
+                   config.static_min_insync_replicas, inter_broker_security(config, inter_broker_listener),
+                   bool(config["unclean.leader.election.enable"]), bool(config["auto.leader.rebalance.enable"]),
+                   int(config["leader.imbalance.check.interval.seconds"]) * 1000)
 
 
 class ClusterNode:
@@ -110,6 +115,8 @@ class ClusterNode:
         self.listeners: list[M.BrokerRegistrationRequest.Listener] = []
         self._tasks: list[asyncio.Task[Any]] = []
         self._becoming: asyncio.Task[None] | None = None
+        self._resigning: asyncio.Task[None] | None = None  # a term given up after a failed append
+        self.unfenced_listeners: list[Callable[[], None]] = []  # told each time this broker is unfenced
         self._stopping = False
 
     # start -------------------------------------------------------------------------------------
@@ -163,7 +170,10 @@ class ClusterNode:
         self.controller = ActiveController(
             self.node_id, store, self.clog, self.loader, self.mlog,
             ControllerSettings(self.cluster_id, self.settings.session_timeout_ms, self.settings.heartbeat_interval_ms,
-                               self.settings.snapshot_bytes, self.settings.static_min_insync_replicas),
+                               self.settings.snapshot_bytes, self.settings.static_min_insync_replicas,
+                               static_unclean_leader_election=self.settings.unclean_leader_election,
+                               auto_leader_rebalance=self.settings.auto_leader_rebalance,
+                               leader_imbalance_check_interval_ms=self.settings.leader_imbalance_check_interval_ms),
             self.clock_ms)
         self.election = ControllerElection(self.etcd, keys, self.node_id, self.session)
         self.election.listeners.append(self._controller_changed)
@@ -221,7 +231,7 @@ class ClusterNode:
         except Exception as exc:
             log.error("could not take up the controller term; resigning", error=repr(exc))
             if self.election is not None:
-                await self.election.resign()
+                await self.election.resign(until_done=True)
 
     def _append_failed(self) -> None:
         """A metadata append failed: the image may hold what is not durable; reload it from etcd,
@@ -230,8 +240,8 @@ class ClusterNode:
             self.controller.resign()
         if self.loader is not None:
             self.loader.reload()
-        if self.election is not None:
-            asyncio.get_running_loop().create_task(self.election.resign())
+        if self.election is not None and (self._resigning is None or self._resigning.done()):
+            self._resigning = asyncio.get_running_loop().create_task(self.election.resign(until_done=True))
 
     async def sync(self) -> None:
         """Every metadata change this node made so far is durable (NOT_CONTROLLER if not)."""
@@ -323,9 +333,12 @@ class ClusterNode:
                                             lambda r: self.controller.heartbeat(r))  # type: ignore[union-attr]
         if response.error_code:
             raise KafkaError(ErrorCode(response.error_code), "heartbeat refused")  # type: ignore[call-arg]
-        if self.fenced and not response.is_fenced:
-            log.info("unfenced: serving as a live broker", broker_epoch=self.broker_epoch)
+        unfenced = self.fenced and not response.is_fenced
         self.fenced = response.is_fenced
+        if unfenced:
+            log.info("unfenced: serving as a live broker", broker_epoch=self.broker_epoch)
+            for listener in self.unfenced_listeners:
+                listener()
         return response
 
     async def allocate_producer_ids(self) -> tuple[int, int]:
@@ -350,8 +363,9 @@ class ClusterNode:
         if clean and self.broker_epoch >= 0:
             with contextlib.suppress(Exception):  # controlled shutdown: fenced, leaderships moved, then go
                 await within(shutdown_timeout_s, self._heartbeat(want_shut_down=True))
-        if self._becoming is not None:
-            self._becoming.cancel()
+        for pending in (self._becoming, self._resigning):
+            if pending is not None:
+                pending.cancel()
         if self.controller is not None:
             await self.controller.stop()
         if self.election is not None:

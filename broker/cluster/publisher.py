@@ -4,7 +4,8 @@ Every node replays the same metadata log; this makes the node's own state follow
 the records came, one change after the other:
 
 - a topic's partitions this node is a replica of get a local log (the others it does not store);
-  the partitions it leads take the leader epoch of the metadata; a deleted topic's logs go;
+  it leads those the metadata says it leads (their epochs, replicas and ISR) and follows the rest:
+  its replica fetcher for their leader copies them (replication); a deleted topic's logs go;
 - the coordinators' internal partitions (__consumer_offsets, __transaction_state,
   __share_group_state) are loaded where this node leads them and unloaded where it no longer does
   (Kafka's "load the partition and replay");
@@ -21,7 +22,14 @@ import asyncio
 import uuid
 from typing import Any, Protocol
 
-from broker.metadata import RESOURCE_BROKER, RESOURCE_GROUP, RESOURCE_TOPIC, MetadataImage, TopicInfo
+from broker.metadata import (
+    RESOURCE_BROKER,
+    RESOURCE_GROUP,
+    RESOURCE_TOPIC,
+    Assignment,
+    MetadataImage,
+    TopicInfo,
+)
 from broker.observability.logger import get_logger
 from protocol import messages as M
 
@@ -35,8 +43,8 @@ class LocalNode(Protocol):
 
     def image(self) -> MetadataImage: ...
 
-    def host_partition(self, info: TopicInfo, index: int, leader_epoch: int | None) -> None:
-        """Make sure the partition has a local log; lead it at `leader_epoch` (None: not the leader)."""
+    def host_partition(self, info: TopicInfo, index: int, assignment: Assignment, fetch: bool = True) -> None:
+        """Make sure the partition has a local log; lead it or follow its leader as `assignment` says."""
 
     async def drop_topic(self, name: str, topic_id: uuid.UUID) -> None:
         """The topic is gone: its local logs and what refers to it."""
@@ -157,8 +165,16 @@ class MetadataPublisher:
 
     async def _follow_topic(self, info: TopicInfo) -> None:
         me = self.node.node_id
+        internal = info.name in INTERNAL
         for index, a in sorted(info.assignments.items()):
+            lead = a.leader == me
+            if internal and not lead:
+                # a coordinator lets go of its partition before the follower's fetcher may truncate
+                # it; a follower first, so that its writes waiting to be committed fail at once
+                if me in a.replicas:
+                    self.node.host_partition(info, index, a, fetch=False)
+                await self.node.coordinator_partition(info.name, index, False)
             if me in a.replicas:
-                self.node.host_partition(info, index, a.leader_epoch if a.leader == me else None)
-            if info.name in INTERNAL:
-                await self.node.coordinator_partition(info.name, index, a.leader == me)
+                self.node.host_partition(info, index, a)
+            if internal and lead:
+                await self.node.coordinator_partition(info.name, index, True)

@@ -8,6 +8,7 @@ whose next offset is the snapshot's end.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,6 +20,8 @@ from broker.metadata import (
     encode_record,
 )
 from protocol import messages as M
+
+UNASSIGNED_DIRECTORY = uuid.UUID(int=0)  # Kafka's DirectoryId.UNASSIGNED
 
 
 def image_records(image: MetadataImage) -> list[bytes]:
@@ -38,7 +41,11 @@ def image_records(image: MetadataImage) -> list[bytes]:
         for index, a in sorted(topic.assignments.items()):
             records.append(M.PartitionRecord(
                 partition_id=index, topic_id=topic.topic_id, replicas=list(a.replicas), isr=list(a.isr),
-                leader=a.leader, leader_epoch=a.leader_epoch, partition_epoch=0))
+                leader=a.leader, leader_epoch=a.leader_epoch, partition_epoch=a.partition_epoch,
+                leader_recovery_state=a.leader_recovery_state,
+                # version 2 (with ELR) has a directory per replica: unassigned, as Kafka's default
+                directories=[UNASSIGNED_DIRECTORY] * len(a.replicas) if a.elr or a.last_known_elr else [],
+                eligible_leader_replicas=list(a.elr) or None, last_known_elr=list(a.last_known_elr) or None))
     if image.next_producer_id:
         records.append(M.ProducerIdsRecord(broker_id=-1, broker_epoch=-1, next_producer_id=image.next_producer_id))
     for b in sorted(image.brokers.values(), key=lambda b: b.node_id):

@@ -25,6 +25,7 @@ from broker.log.group_commit import GroupCommit
 from broker.log.reader import iter_batch_keys_values
 from broker.partition import Partition
 from protocol import checksum
+from protocol.errors import ErrorCode, KafkaError
 from protocol.primitives import encode_varint
 from protocol.records import (
     ATTRIBUTES_OFFSET,
@@ -109,6 +110,7 @@ class LogPartitionWriter:
         on_append: Callable[[int], None] | None = None,
         existing_log: Callable[[int], Log | None] | None = None,
         partition_of: Callable[[int], Partition | None] | None = None,
+        write_timeout_ms: int = 5000,
     ) -> None:
         self._log_for = log_for
         self._on_append = on_append
@@ -116,6 +118,7 @@ class LogPartitionWriter:
         self._existing_log = existing_log or log_for
         self._partition_of = partition_of or (lambda index: None)
         self._commits: dict[int, GroupCommit] = {}
+        self._write_timeout_s = write_timeout_ms / 1000
 
     def _commit_for(self, partition: int, log: Log) -> GroupCommit:
         commit = self._commits.get(partition)
@@ -153,9 +156,25 @@ class LogPartitionWriter:
     def _appended(self, partition: int, log: Log) -> Awaitable[int] | None:
         if self._on_append is not None:
             self._on_append(partition)
-        if not log.needs_flush():
-            return None
-        return self._commit_for(partition, log).commit(log.log_end_offset)
+        flushed = self._commit_for(partition, log).commit(log.log_end_offset) if log.needs_flush() else None
+        served = self._partition_of(partition)
+        if served is None or served.leads_alone:
+            return flushed
+        return self._committed(served, log.log_end_offset, flushed)
+
+    async def _committed(self, served: Partition, offset: int, flushed: Awaitable[int] | None) -> int:
+        """A replicated partition: the records count once the high watermark passes them, as
+        Kafka's coordinator runtime releases a write's response (appended as acks=1, then held
+        until committed): REQUEST_TIMED_OUT after the write timeout, NOT_LEADER_OR_FOLLOWER if the
+        leadership moved meanwhile (the runtime turns both into the coordinator's errors)."""
+        if flushed is not None:
+            await flushed
+        code = await served.wait_replicated(offset, self._write_timeout_s)
+        # an ISR that fell below min.insync.replicas meanwhile does not matter to an acks=1 write
+        if code not in (ErrorCode.NONE, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND):
+            raise KafkaError(code, "the coordinator's records at offset %d of %r were not committed" % (offset - 1,
+                                                                                                         served))
+        return offset
 
     async def append(self, partition: int, records: Sequence[Record]) -> int:
         """`write`, then wait until the records are durable; returns the log end offset."""

@@ -1,7 +1,7 @@
 """All partition logs of the broker across `log.dirs`: load, create, delete, checkpoint, shut down.
 
 Per log dir (Kafka's files): `recovery-point-offset-checkpoint`, `log-start-offset-checkpoint`,
-`cleaner-offset-checkpoint` and, after a clean shutdown, `.kafka_cleanshutdown`. The marker is
+`cleaner-offset-checkpoint`, in cluster mode `replication-offset-checkpoint` (high watermarks) and, after a clean shutdown, `.kafka_cleanshutdown`. The marker is
 removed once the logs are loaded, so any later crash makes the next start recover.
 
 Background work is exposed as plain methods the broker schedules (each blocking; run them in a
@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from broker.log.checkpoint import (
     CLEANER_OFFSET_CHECKPOINT,
+    HIGH_WATERMARK_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
     CheckpointError,
@@ -85,6 +86,10 @@ class LogManager:
         self._hosted: dict[str, int] = {d: 0 for d in self.log_dirs}  # partitions per log dir (placement)
         self._lock = threading.RLock()
         self._checkpoint_lock = threading.Lock()
+        # replication (cluster mode): each partition's high watermark for `replication-offset-checkpoint`
+        # (None: not replicated, no file), and what that file held at startup
+        self.high_watermarks: Callable[[TopicPartition], int | None] | None = None
+        self.checkpointed_high_watermarks: dict[TopicPartition, int] = {}
         self.started = False
 
     # -- lookup ----------------------------------------------------------------------------------
@@ -120,6 +125,7 @@ class LogManager:
             recovery_points = _read_checkpoint(os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT))
             start_offsets = _read_checkpoint(os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT))
             cleaner_offsets = _read_checkpoint(os.path.join(log_dir, CLEANER_OFFSET_CHECKPOINT))
+            self.checkpointed_high_watermarks.update(_read_checkpoint(os.path.join(log_dir, HIGH_WATERMARK_CHECKPOINT)))
             jobs = []
             with os.scandir(log_dir) as entries:
                 dirs = sorted([e.name for e in entries if e.is_dir()])
@@ -302,6 +308,10 @@ class LogManager:
                         if log.log_start_offset > log.segments[0].base_offset  # as Kafka writes it
                     },
                 )
+                if self.high_watermarks is not None:
+                    marks = {tp: self.high_watermarks(tp) for tp in mine}
+                    write_offsets(os.path.join(log_dir, HIGH_WATERMARK_CHECKPOINT),
+                                  {tp: hw for tp, hw in marks.items() if hw is not None})
                 write_offsets(
                     os.path.join(log_dir, CLEANER_OFFSET_CHECKPOINT),
                     {

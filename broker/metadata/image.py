@@ -55,8 +55,16 @@ _RECORD_CLASSES: dict[int, type] = {}  # the replayed types' classes by record t
 RECORD_VERSIONS: dict[str, int] = {"RegisterBrokerRecord": 3, "BrokerRegistrationChangeRecord": 2}
 
 
+ELR_RECORDS = frozenset(["PartitionRecord", "PartitionChangeRecord"])  # version 2 carries KIP-966's fields
+
+
 def record_version(record: Any) -> int:
-    return RECORD_VERSIONS.get(type(record).__name__, 0)
+    name = type(record).__name__
+    if name in ELR_RECORDS and (record.eligible_leader_replicas or record.last_known_elr
+                                or (name == "PartitionChangeRecord" and (record.eligible_leader_replicas is not None
+                                                                         or record.last_known_elr is not None))):
+        return 2  # only when they are set: a node without ELR writes what it always wrote
+    return RECORD_VERSIONS.get(name, 0)
 
 
 def encode_record(record: Any, version: int | None = None) -> bytes:
@@ -108,6 +116,29 @@ class Assignment:
     leader: int
     leader_epoch: int = 0  # bumped by every change of leader
     partition_epoch: int = 0  # bumped by every change of the partition (ISR, leader, replicas)
+    # KIP-966: replicas that left the ISR while it was below min.insync.replicas yet may lead (ELR),
+    # and those known to have been in it last (LastKnownElr)
+    elr: list[int] = field(default_factory=list)
+    last_known_elr: list[int] = field(default_factory=list)
+    leader_recovery_state: int = 0  # RECOVERED (0); RECOVERING (1) after an unclean election (KIP-704)
+
+    def merge(self, record: Any) -> None:
+        """A PartitionChangeRecord applied, as Kafka's PartitionRegistration.merge: the leader
+        epoch moves only with a leader, the partition epoch with every change."""
+        if record.replicas is not None:
+            self.replicas = list(record.replicas)
+        if record.isr is not None:
+            self.isr = list(record.isr)
+        if record.leader != NO_LEADER_CHANGE:
+            self.leader = record.leader
+            self.leader_epoch += 1
+        if record.leader_recovery_state != -1:
+            self.leader_recovery_state = record.leader_recovery_state
+        if getattr(record, "eligible_leader_replicas", None) is not None:
+            self.elr = list(record.eligible_leader_replicas)
+        if getattr(record, "last_known_elr", None) is not None:
+            self.last_known_elr = list(record.last_known_elr)
+        self.partition_epoch += 1
 
 
 @dataclass(frozen=True)
@@ -192,19 +223,15 @@ class MetadataImage:
             topic = self.topics_by_id.get(record.topic_id)
             if topic is not None:
                 topic.partitions = max(topic.partitions, record.partition_id + 1)
-                topic.assignments[record.partition_id] = Assignment(list(record.replicas), list(record.isr),
-                                                                    record.leader, record.leader_epoch)
+                topic.assignments[record.partition_id] = Assignment(
+                    list(record.replicas), list(record.isr), record.leader, record.leader_epoch, record.partition_epoch,
+                    list(record.eligible_leader_replicas or ()),
+                    list(record.last_known_elr or ()), record.leader_recovery_state)
         elif isinstance(record, M.PartitionChangeRecord):
             topic = self.topics_by_id.get(record.topic_id)
             assignment = topic.assignments.get(record.partition_id) if topic is not None else None
             if assignment is not None:
-                if record.replicas is not None:
-                    assignment.replicas = list(record.replicas)
-                if record.isr is not None:
-                    assignment.isr = list(record.isr)
-                if record.leader != NO_LEADER_CHANGE:
-                    assignment.leader = record.leader
-                    assignment.leader_epoch += 1
+                assignment.merge(record)
         elif isinstance(record, M.RemoveTopicRecord):
             gone = self.topics_by_id.pop(record.topic_id, None)
             if gone is not None:

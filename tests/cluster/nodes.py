@@ -5,6 +5,7 @@ errors the nodes logged."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 import uuid
@@ -134,6 +135,27 @@ def start_cluster(base: Path, size: int = 3, overrides: dict[str, str] | None = 
         cluster.stop()
         raise
     return cluster
+
+
+@contextlib.contextmanager
+def running_cluster(base: Path, overrides: dict[str, str] | None = None,
+                    topic: tuple[str, int, int] | None = None) -> Iterator[ProcessCluster]:
+    """A cluster of three on a test etcd (skipped without one) for the block, with `topic` (name,
+    partitions, replication factor) created and led; its nodes' logs printed if the block fails."""
+    need_etcd()
+    made = start_cluster(base, overrides=overrides)
+    try:
+        if topic is not None:
+            name, partitions, factor = topic
+            code, message = create_topic(made.node(1).port, name, partitions, factor=factor)
+            assert code == 0, message
+            wait_leaders(made, name, lambda ls: len(ls) == partitions and min(ls.values()) >= 0)
+        yield made
+    except BaseException:
+        print(made.logs())
+        raise
+    finally:
+        made.stop()
 
 
 ERROR_LINE = re.compile(r"\[(error|critical) *\]|Traceback")

@@ -28,10 +28,9 @@ from tests.cluster.nodes import (
     leaders,
     live_brokers,
     metadata,
-    need_etcd,
     roles,
+    running_cluster,
     spread,
-    start_cluster,
     wait_leaders,
     wait_live,
 )
@@ -44,12 +43,8 @@ UNFENCED = "unfenced: serving as a live broker"
 
 @pytest.fixture
 def fresh(tmp_path: Path) -> Iterator[ProcessCluster]:
-    need_etcd()
-    made = start_cluster(tmp_path / "cluster")
-    try:
+    with running_cluster(tmp_path / "cluster") as made:
         yield made
-    finally:
-        made.stop()
 
 
 def seconds(cluster: ProcessCluster, name: str) -> float:

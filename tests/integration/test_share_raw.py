@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from protocol import messages as M
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, KafkaError
 from tests.harness import RawClient, wait_for
 from tests.integration.test_server_support import (
     BrokerThread,
@@ -622,3 +622,18 @@ def test_a_deleted_topic_takes_its_share_state_along(broker: BrokerThread, clien
     assert deleted.responses[0].error_code == 0
     assert broker.call(coordinator.topic_keys(s.topic_id)) == []
     assert s.describe_offsets().topics == []  # no longer an initialized share-partition of the group
+
+
+def test_a_state_topic_that_cannot_be_made_now_is_a_retriable_coordinator_error(
+        broker: BrokerThread, client: RawClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A joining share member whose group's state topic cannot be created now (cluster mode: no
+    controller for a moment) gets COORDINATOR_NOT_AVAILABLE, which clients retry, not the admin
+    error NOT_CONTROLLER (fatal to librdkafka's share consumer; found by tests/chaos)."""
+
+    async def no_controller() -> None:
+        raise KafkaError(ErrorCode.NOT_CONTROLLER, "no active controller")
+
+    monkeypatch.setattr(broker.broker, "ensure_share_state_topic", no_controller)
+    request = M.ShareGroupHeartbeatRequest(group_id="no-state-topic-yet", member_id=uuid.uuid4().hex[:22],
+                                           member_epoch=0, rack_id=None, subscribed_topic_names=["t"])
+    assert client.call(SHARE_HEARTBEAT, 1, request).error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE

@@ -26,6 +26,8 @@ log = get_logger("broker.txn")
 _NOT_RETRIED = frozenset([ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.TRANSACTION_COORDINATOR_FENCED])
 
 
+MARKER_TIMEOUT_S = 30.0  # a marker waits for the in-sync replicas as long as Kafka's request.timeout.ms
+
 CoordinatorMarkers = Callable[[int, TxnCompletion], Awaitable[None]]
 
 
@@ -52,8 +54,10 @@ class PartitionMarkerWriter:
             if partition is None:
                 continue
             try:
-                partition.append_marker(completion.producer_id, completion.producer_epoch, completion.committed,
-                                        completion.coordinator_epoch, completion.transaction_version)
+                partition.check_enough_replicas(-1)  # markers are written as acks=all, as Kafka does
+                result = partition.append_marker(completion.producer_id, completion.producer_epoch,
+                                                 completion.committed, completion.coordinator_epoch,
+                                                 completion.transaction_version)
             except KafkaError as exc:
                 if exc.code in _NOT_RETRIED:
                     log.warning("transaction marker not written", partition="%s-%d" % tp,
@@ -68,6 +72,8 @@ class PartitionMarkerWriter:
                 continue
             if partition.log.needs_flush():
                 waits.append((tp, partition.group_commit.commit(partition.log.log_end_offset)))
+            if not partition.leads_alone:
+                waits.append((tp, partition.replicated(result.first_offset + 1, MARKER_TIMEOUT_S)))
         return MarkerWrite(failed, asyncio.ensure_future(self._settle(completion, waits)) if waits else None)
 
     @staticmethod

@@ -1,0 +1,199 @@
+"""The nemesis: faults done to the processes of a tests/cluster/harness.py ProcessCluster on a
+schedule drawn from the run's seed. `schedule` is pure (the same seed, duration, faults and
+cluster give the same steps); `Nemesis` carries them out in a thread, one fault at a time,
+writing each start and heal into the history, and heals whatever is still broken when asked to
+stop. It touches only the processes the cluster started, by PID.
+
+The faults (`Fault`), each held for `hold` seconds then healed:
+- kill: kill -9 of a broker node; healed by starting it again on its port and log directory.
+- kill_leader: kill -9 of the node leading a partition of the workload's topics, looked up when
+  the step begins (the schedule names the partition; with replication factor 1 it is a kill).
+- pause: SIGSTOP of a broker node; healed by SIGCONT (a hold past broker.session.timeout.ms gets
+  it fenced, and its leases in etcd run out).
+- etcd_kill: kill -9 of the etcd member; healed by starting it again on its data directory.
+- etcd_pause: SIGSTOP of the etcd member; healed by SIGCONT.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+
+from tests.chaos.history import History, Kind
+from tests.cluster.harness import ProcessCluster
+
+
+class Fault(StrEnum):
+    KILL = "kill"
+    KILL_LEADER = "kill_leader"
+    PAUSE = "pause"
+    ETCD_KILL = "etcd_kill"
+    ETCD_PAUSE = "etcd_pause"
+
+
+ETCD = 0  # the target of an etcd fault
+# seconds a fault is held, by kind: short enough that a run of a few seconds sees several faults,
+# long enough that a pause sometimes outlives the cluster's 3 s broker session (FAST)
+HOLDS: dict[Fault, tuple[float, float]] = {
+    Fault.KILL: (0.2, 3.0),
+    Fault.KILL_LEADER: (0.2, 3.0),
+    Fault.PAUSE: (0.5, 4.5),
+    Fault.ETCD_KILL: (0.2, 3.0),
+    Fault.ETCD_PAUSE: (0.5, 3.0),
+}
+QUIET = (0.5, 2.5)  # seconds between a heal and the next fault
+
+
+@dataclass(frozen=True)
+class Step:
+    at: float  # seconds after the run began
+    fault: Fault
+    target: int  # node id; a partition index for kill_leader; ETCD for etcd faults
+    hold: float
+
+    def describe(self) -> str:
+        if self.fault is Fault.KILL_LEADER:
+            where = "leader of partition %d" % self.target
+        elif self.target == ETCD:
+            where = "etcd"
+        else:
+            where = "node %d" % self.target
+        return "%6.2f s  %-11s %-22s for %.2f s" % (self.at, self.fault, where, self.hold)
+
+
+def schedule(seed: int, duration: float, faults: Iterable[Fault], nodes: Sequence[int], partitions: int,
+             first: float = 1.0) -> list[Step]:
+    """The faults of a run: one at a time from `first` seconds on, each healed before the next,
+    all healed by `duration`. Every kind comes once (in an order drawn from the seed) before
+    any comes again, so a short run still covers them all."""
+    kinds = sorted(set(faults))
+    rng = random.Random(seed)
+    steps: list[Step] = []
+    at = first
+    order: list[Fault] = []
+    while kinds:
+        if not order:
+            order = rng.sample(kinds, len(kinds))
+        fault = order.pop()
+        hold = round(rng.uniform(*HOLDS[fault]), 2)
+        if fault is Fault.KILL_LEADER:
+            target = rng.randrange(partitions)
+        elif fault in (Fault.ETCD_KILL, Fault.ETCD_PAUSE):
+            target = ETCD
+        else:
+            target = rng.choice(list(nodes))
+        if at + hold > duration:
+            break
+        steps.append(Step(round(at, 2), fault, target, hold))
+        at += hold + rng.uniform(*QUIET)
+    return steps
+
+
+class Nemesis:
+    """Runs `steps` against `cluster` in a thread. `leader_of(partition)` names the node leading
+    a workload partition (-1: none known), for kill_leader."""
+
+    def __init__(self, cluster: ProcessCluster, history: History, steps: Sequence[Step],
+                 leader_of: Callable[[int], int]) -> None:
+        self.cluster = cluster
+        self.history = history
+        self.steps = list(steps)
+        self.leader_of = leader_of
+        self.stopping = threading.Event()
+        self.killed: set[int] = set()  # broker nodes down (ETCD for etcd)
+        self.paused: set[int] = set()
+        self.done = 0  # steps carried out
+        self._thread: threading.Thread | None = None
+        self._began = 0.0
+
+    def start(self, began: float) -> None:
+        self._began = began
+        self._thread = threading.Thread(target=self._run, name="nemesis", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 60.0) -> None:
+        """Stop scheduling faults and heal every one still on."""
+        self.stopping.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                raise RuntimeError("the nemesis did not stop within %.0f s" % timeout)
+        self.heal_all()
+
+    def _run(self) -> None:
+        for step in self.steps:
+            if self.stopping.wait(max(0.0, self._began + step.at - time.monotonic())):
+                return
+            try:
+                target = self._begin(step)
+                self.stopping.wait(step.hold)
+                self._heal(step.fault, target)
+                self.done += 1
+            except Exception as e:  # a fault that could not be done or healed is in the history, not lost
+                self._record("error", step.fault, step.target, "%s: %s" % (type(e).__name__, e))
+
+    def _begin(self, step: Step) -> int:
+        target = step.target
+        if step.fault is Fault.KILL_LEADER:
+            leader = self.leader_of(step.target)
+            target = leader if leader in self.cluster.nodes else sorted(self.cluster.nodes)[
+                step.target % len(self.cluster.nodes)]
+        self._record("start", step.fault, target, asdict(step))
+        if step.fault in (Fault.KILL, Fault.KILL_LEADER):
+            self.cluster.node(target).kill()
+            self.killed.add(target)
+        elif step.fault is Fault.PAUSE:
+            self._signal(self._pid(target), signal.SIGSTOP)
+            self.paused.add(target)
+        elif step.fault is Fault.ETCD_KILL:
+            self.cluster.etcd.kill()
+            self.killed.add(ETCD)
+        elif step.fault is Fault.ETCD_PAUSE:
+            self.cluster.etcd.pause()
+            self.paused.add(ETCD)
+        return target
+
+    def _heal(self, fault: Fault, target: int) -> None:
+        if target in self.paused and fault in (Fault.PAUSE, Fault.ETCD_PAUSE):
+            if target == ETCD:
+                self.cluster.etcd.resume()
+            else:
+                self._signal(self._pid(target), signal.SIGCONT)
+            self.paused.discard(target)
+        elif target in self.killed:
+            if target == ETCD:
+                self.cluster.etcd.start(timeout=30)
+            else:
+                self.cluster.restart(target)
+            self.killed.discard(target)
+        else:
+            return
+        self._record("heal", fault, target, None)
+
+    def heal_all(self) -> None:
+        for target in sorted(self.paused):
+            self._heal(Fault.ETCD_PAUSE if target == ETCD else Fault.PAUSE, target)
+        for target in sorted(self.killed):
+            self._heal(Fault.ETCD_KILL if target == ETCD else Fault.KILL, target)
+
+    def _pid(self, node: int) -> int:
+        proc = self.cluster.node(node).proc
+        assert proc is not None and proc.poll() is None, "node %d is not running" % node
+        return proc.pid
+
+    @staticmethod
+    def _signal(pid: int, signum: int) -> None:
+        os.kill(pid, signum)
+
+    def _record(self, op: str, fault: Fault, target: int, detail: object) -> None:
+        self.history.add(Kind.NEMESIS, "nemesis", op=op, fault=str(fault), target=target, detail=detail)
+
+
+def describe(steps: Iterable[Step]) -> str:
+    return "\n".join(s.describe() for s in steps)
