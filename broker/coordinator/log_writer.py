@@ -25,7 +25,6 @@ from broker.log.group_commit import GroupCommit
 from broker.log.reader import iter_batch_keys_values
 from broker.partition import Partition
 from protocol import checksum
-from protocol.errors import ErrorCode, KafkaError
 from protocol.primitives import encode_varint
 from protocol.records import (
     ATTRIBUTES_OFFSET,
@@ -169,11 +168,7 @@ class LogPartitionWriter:
         leadership moved meanwhile (the runtime turns both into the coordinator's errors)."""
         if flushed is not None:
             await flushed
-        code = await served.wait_replicated(offset, self._write_timeout_s)
-        # an ISR that fell below min.insync.replicas meanwhile does not matter to an acks=1 write
-        if code not in (ErrorCode.NONE, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND):
-            raise KafkaError(code, "the coordinator's records at offset %d of %r were not committed" % (offset - 1,
-                                                                                                         served))
+        await served.replicated(offset, self._write_timeout_s, acks_all=False)
         return offset
 
     async def append(self, partition: int, records: Sequence[Record]) -> int:

@@ -31,10 +31,10 @@ class PartitionManager:
         partition = self.partitions.get((topic, index))
         if partition is None:
             log = self.logs.get_or_create_log(topic, index, config)
-            partition = Partition(topic, index, topic_id, log)
+            partition = Partition(topic, index, topic_id, log,
+                                  self.logs.checkpointed_high_watermarks.get((topic, index), 0))
             partition.local_id, partition.replica_lag_time_max_ms = self.local_id, self.replica_lag_time_max_ms
             partition.broker_statuses, partition.alter_partition = self.broker_statuses, self.alter_partition
-            partition._high_watermark = self.logs.checkpointed_high_watermarks.get((topic, index), 0)
             partition.rebuild_producer_state()
             log.release_handles()  # the scan opened every segment: a broker start must not keep them
             self.partitions[(topic, index)] = partition

@@ -120,7 +120,7 @@ class _DelayedProduce:
 
 
 class Partition:
-    def __init__(self, topic: str, index: int, topic_id: uuid.UUID, log: Log) -> None:
+    def __init__(self, topic: str, index: int, topic_id: uuid.UUID, log: Log, high_watermark: int = 0) -> None:
         self.topic = topic
         self.index = index
         self.topic_id = topic_id
@@ -155,7 +155,7 @@ class Partition:
         self._led_epoch = -1  # the leader epoch make_leader last started here (Kafka's in-memory leaderEpoch)
         # the stored high watermark, used while `followers` is set and while following (the
         # follower side keeps it as min(leader's, own log end))
-        self._high_watermark = 0
+        self._high_watermark = high_watermark  # replication-offset-checkpoint's, until a role is given
         self._restored = True  # until the metadata gives it a role: `_high_watermark` is the checkpoint's
         self._delayed_produces: list[_DelayedProduce] = []
 
@@ -468,14 +468,17 @@ class Partition:
             if delayed in self._delayed_produces:
                 self._delayed_produces.remove(delayed)
 
-    async def replicated(self, required_offset: int, timeout_s: float) -> None:
-        """`wait_replicated` for a write appended as acks=all (a transaction marker): returns
-        once committed, raises its error (KafkaError) otherwise."""
+    async def replicated(self, required_offset: int, timeout_s: float, acks_all: bool = True) -> None:
+        """`wait_replicated` for a write below `required_offset`: returns once committed, raises
+        its error (KafkaError) otherwise. `acks_all` False: a write appended as acks=1 and held
+        until committed (a coordinator's, as Kafka's runtime does), which an ISR fallen below
+        min.insync.replicas meanwhile does not fail."""
         if self.leads_alone:
             return
         code = await self.wait_replicated(required_offset, timeout_s)
-        if code is not ErrorCode.NONE:
-            raise KafkaError(code, "offset %d of %r not replicated" % (required_offset - 1, self))
+        if code is ErrorCode.NONE or (code is ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND and not acks_all):
+            return
+        raise KafkaError(code, "offset %d of %r not replicated" % (required_offset - 1, self))
 
     def _produce_outcome(self, required_offset: int) -> ErrorCode | None:
         if self.role is not Role.LEADER or self.deleted:

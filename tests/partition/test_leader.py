@@ -220,10 +220,9 @@ async def test_a_restarted_leader_starts_from_its_checkpointed_high_watermark(tm
     """After a crash the records the leader had not replicated stay hidden (Kafka keeps the high
     watermark in replication-offset-checkpoint; without one it starts at 0)."""
     log = create_log(str(tmp_path), "t", 0, LogConfig(), time=clock)
-    p = Partition("t", 0, uuid.uuid4(), log)
+    p = Partition("t", 0, uuid.uuid4(), log, high_watermark=2)  # as PartitionManager.ensure reads the checkpoint
     await p.append(batch(5))
     assert p.high_watermark == 5  # alone, before the metadata says otherwise
-    p._high_watermark = 2  # what PartitionManager.ensure takes from the checkpoint
     p.local_id, p.alter_partition = 1, FakeAlterPartition()
     p.make_leader(3, 5, [1, 2], [1, 2])
     assert p.high_watermark == 2
