@@ -692,18 +692,31 @@ class CoordinatorRuntime(Generic[S]):
         return count, skipped
 
     async def _reload(self, part: _Partition[S]) -> None:
-        part.state = PartitionState.LOADING
+        """Rebuild the shard from the log after a failed append, unless the partition is being
+        unloaded (typically the failure's cause: this node no longer leads it). A reload must
+        never bring a closing partition back to ACTIVE: its task would run on, and the unload
+        waiting for that task (the metadata publisher's) would wait forever."""
         assert part.timer is not None
         part.timer.cancel_all()
         self._unload_shard(part)
+        if part.state is PartitionState.CLOSED:
+            self._fail_queued(part, ErrorCode.NOT_COORDINATOR)
+            return
+        part.state = PartitionState.LOADING
         try:
-            part.shard = await self._build_shard(part)
+            shard = await self._build_shard(part)
         except Exception:
             part.state = PartitionState.FAILED
             log.exception("coordinator partition failed to reload", coordinator=self.name, partition=part.index)
             return
+        if part.state is PartitionState.CLOSED:  # unloaded while it replayed
+            part.shard = shard
+            self._unload_shard(part)
+            self._fail_queued(part, ErrorCode.NOT_COORDINATOR)
+            return
+        part.shard = shard
         part.state = PartitionState.ACTIVE
-        part.shard.on_loaded(self.clock.now_ms())
+        shard.on_loaded(self.clock.now_ms())
 
     def _unload_shard(self, part: _Partition[S]) -> None:
         shard, part.shard = part.shard, None

@@ -175,6 +175,41 @@ async def test_append_failure_reloads_the_shard_and_fails_the_batch() -> None:
     await rt.close()
 
 
+@pytest.mark.parametrize("queued", [0, 2])
+async def test_an_append_failing_while_the_partition_unloads_does_not_bring_it_back(queued: int) -> None:
+    """The append of a coordinator that stops leading fails (not replicated) while its unload
+    waits for it: the partition stays unloaded and the unload returns (found by the fault runs:
+    a reload made the closing partition ACTIVE again, and the unload, the metadata publisher's,
+    never returned)."""
+    class FailingWriter(InMemoryWriter):
+        def __init__(self) -> None:
+            super().__init__()
+            self.outcome: asyncio.Future[None] | None = None
+
+        def write(self, partition: int, records: Sequence[Record]) -> Awaitable[Any]:
+            super().write(partition, records)
+            self.outcome = asyncio.get_running_loop().create_future()
+            return self.outcome
+
+    writer = FailingWriter()
+    rt = await runtime_with(writer)
+    writes = [asyncio.ensure_future(rt.write(0, put(b"k%d" % i, b"v"))) for i in range(1 + queued)]
+    await asyncio.sleep(0.01)
+    unloading = asyncio.ensure_future(rt.unload(0))
+    await asyncio.sleep(0.01)
+    assert writer.outcome is not None and not unloading.done()
+    writer.outcome.set_exception(KafkaError(E.NOT_LEADER_OR_FOLLOWER, "offset 0 not replicated"))
+    await asyncio.wait_for(unloading, 5)
+    for write in writes:
+        with pytest.raises(KafkaError) as exc:
+            await write
+        assert exc.value.code == E.NOT_COORDINATOR
+    assert rt.state(0) is None
+    await rt.load(0)  # and it can be led again later
+    assert rt.state(0) is PartitionState.ACTIVE
+    await rt.close()
+
+
 async def test_operation_errors_fail_only_that_operation() -> None:
     rt = await runtime_with()
 
