@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import enum
 import re
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -157,6 +158,8 @@ def _entry_key(level: Level, entry: Any) -> Any:
 
 def _topic_name(level: Level, entry: Any, resolve: Resolve) -> str | None:
     name = _entry_key(level, entry)
+    if isinstance(name, uuid.UUID):  # a level keyed by topic id (the share APIs): its name
+        return resolve(name)
     if name:
         return str(name)
     topic_id = getattr(entry, "topic_id", None)

@@ -33,12 +33,17 @@ KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION, KEY_TYPE_SHARE = 0, 1, 2
 LEADER_APIS = frozenset({0, 1, 2, 21, 23, 61, 78, 79})
 GROUP_APIS = frozenset({8, 9, 11, 12, 13, 14, 15, 28, 42, 47, 68, 69, 76, 77, 90, 91, 92})
 TRANSACTION_FIELDS = {22: "transactional_id", 25: "transactional_id", 26: "transactional_id"}
-ADD_PARTITIONS_TO_TXN, LIST_GROUPS, PRODUCE, FETCH = 24, 16, 0, 1
+ADD_PARTITIONS_TO_TXN, LIST_GROUPS, PRODUCE, FETCH, SHARE_FETCH, SHARE_ACKNOWLEDGE = 24, 16, 0, 1, 78, 79
 # KIP-951: the versions from which a refused Produce / Fetch names the partition's current leader
 # and that leader's address (KafkaApis: Produce v10+ for NOT_LEADER_OR_FOLLOWER, Fetch v16+ also
 # for FENCED_LEADER_EPOCH), so clients move without waiting for a Metadata round trip
 LEADER_HINTS = {PRODUCE: (10, frozenset({E.NOT_LEADER_OR_FOLLOWER})),
-                FETCH: (16, frozenset({E.NOT_LEADER_OR_FOLLOWER, E.FENCED_LEADER_EPOCH}))}
+                FETCH: (16, frozenset({E.NOT_LEADER_OR_FOLLOWER, E.FENCED_LEADER_EPOCH})),
+                SHARE_FETCH: (0, frozenset({E.NOT_LEADER_OR_FOLLOWER, E.FENCED_LEADER_EPOCH})),
+                SHARE_ACKNOWLEDGE: (0, frozenset({E.NOT_LEADER_OR_FOLLOWER, E.FENCED_LEADER_EPOCH}))}
+# answers whose partitions may be refused by the handler itself (a replica not leading yet), not
+# only by the router: walked for hints whenever they are sent
+HANDLER_REFUSES = frozenset({FETCH, SHARE_FETCH, SHARE_ACKNOWLEDGE})
 ROUTED = LEADER_APIS | GROUP_APIS | set(TRANSACTION_FIELDS) | {ADD_PARTITIONS_TO_TXN, LIST_GROUPS}
 # the metadata changes a broker forwards to the controller (Kafka's forwardable APIs):
 # CreateTopics, DeleteTopics, CreateAcls, DeleteAcls, AlterConfigs, CreatePartitions, ElectLeaders,
@@ -119,7 +124,7 @@ class Router:
             return await handler(ctx, request)
         response = await answer_in_part(ctx, request, handler, error_for, self._resolve)
         hints = LEADER_HINTS.get(api_key)
-        if (refused or api_key == FETCH) and hints is not None and ctx.api_version >= hints[0]:
+        if (refused or api_key in HANDLER_REFUSES) and hints is not None and ctx.api_version >= hints[0]:
             self._add_leader_hints(ctx, response, hints[1])
         return response
 
@@ -136,7 +141,7 @@ class Router:
         leaders: set[int] = set()
         produce = ctx.api_key == PRODUCE
         for topic in response.responses or ():
-            name = (topic.name if produce else topic.topic) or self._resolve(topic.topic_id)
+            name = (topic.name if produce else getattr(topic, "topic", None)) or self._resolve(topic.topic_id)
             info = metadata.topic(name) if name else None
             for part in topic.partition_responses if produce else topic.partitions:
                 if part.error_code not in codes or info is None:

@@ -52,16 +52,19 @@ class LocalBroker:
         partition = b.partitions.get(*tp)
         if partition is None:
             partition = b.partitions.ensure(info.name, index, info.topic_id, b.topic_log_config(info.name))
+        led = partition.is_leader, partition.leader_epoch
         if a.leader == self.node_id and self.ready:
             self.fetchers.remove_partition(tp)
             partition.make_leader(a.leader_epoch, a.partition_epoch, a.replicas, a.isr)
-            return
-        leader = a.leader if a.leader != self.node_id else -1
-        partition.make_follower(leader, a.leader_epoch, a.partition_epoch, a.replicas, a.isr)
-        if leader < 0 or not fetch:
-            self.fetchers.remove_partition(tp)
         else:
-            self.fetchers.add_partition(tp, info.topic_id, leader, a.leader_epoch)
+            leader = a.leader if a.leader != self.node_id else -1
+            partition.make_follower(leader, a.leader_epoch, a.partition_epoch, a.replicas, a.isr)
+            if leader < 0 or not fetch:
+                self.fetchers.remove_partition(tp)
+            else:
+                self.fetchers.add_partition(tp, info.topic_id, leader, a.leader_epoch)
+        if (partition.is_leader, partition.leader_epoch) != led and b.share_manager is not None:
+            b.share_manager.leadership_changed(info.topic_id, index)
 
     async def drop_topic(self, name: str, topic_id: uuid.UUID) -> None:
         b = self.broker

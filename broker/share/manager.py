@@ -113,6 +113,9 @@ class PartitionLike(Protocol):
     def leader_epoch(self) -> int: ...
 
     @property
+    def is_leader(self) -> bool: ...
+
+    @property
     def high_watermark(self) -> int: ...
 
     @property
@@ -153,13 +156,16 @@ class PartitionResult:
 class _Entry:
     """One share-partition: its engine, partition, lock timer and waiting fetches."""
 
-    __slots__ = ("key", "engine", "partition", "ready", "loaded", "timer", "timer_deadline", "waiters", "dlq_causes",
-                 "dlq_running")
+    __slots__ = ("key", "engine", "partition", "leader_epoch", "ready", "loaded", "timer", "timer_deadline", "waiters",
+                 "dlq_causes", "dlq_running")
 
     def __init__(self, key: ShareKey, engine: SharePartition, partition: PartitionLike) -> None:
         self.key = key
         self.engine = engine
         self.partition = partition
+        # the leader epoch it was made in (Kafka's SharePartition.leaderEpoch): its state writes
+        # name it, so that the share coordinator fences those of a leader that was replaced
+        self.leader_epoch = partition.leader_epoch
         self.ready: asyncio.Future[None] | None = None
         self.loaded = 0  # the number of its load among all loads (their order), 0 until loaded
         self.timer: Cancellable | None = None
@@ -218,18 +224,21 @@ class SharePartitionManager:
 
     def _start(self, group_id: str, tp: TopicIdPartition) -> _Entry:
         """The share-partition, its load begun if it is not loaded (raises KafkaError
-        UNKNOWN_TOPIC_OR_PARTITION)."""
+        UNKNOWN_TOPIC_OR_PARTITION, or NOT_LEADER_OR_FOLLOWER where this broker does not lead
+        the partition: a share-partition lives with its partition's leader)."""
         topic_id, index = tp
         assert isinstance(topic_id, uuid.UUID)
         key = (group_id, topic_id, index)
         entry = self.entries.get(key)
-        if entry is not None and entry.partition.deleted:
+        if entry is not None and (entry.partition.deleted or self._fenced(entry)):
             self.drop([key])
             entry = None
         if entry is None:
             partition = self.partition_of(topic_id, index)
             if partition is None:
                 raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            if not partition.is_leader:
+                raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
             entry = _Entry(key, SharePartition(self.settings_of(group_id).engine), partition)
             self.entries[key] = entry
             entry.ready = asyncio.get_running_loop().create_future()
@@ -269,14 +278,14 @@ class SharePartitionManager:
     async def _load(self, entry: _Entry) -> None:
         engine, partition = entry.engine, entry.partition
         if isinstance(self.persister, LeaderPersister):
-            state = await self.persister.read_state_as_leader(entry.key, partition.leader_epoch)
+            state = await self.persister.read_state_as_leader(entry.key, entry.leader_epoch)
         else:
             state = await self.persister.read_state(entry.key)
         if state is None or state.start_offset < 0:
             settings = self.settings_of(entry.key[0])
             start = self._initial_offset(partition, settings)
             epoch = 0 if state is None else state.state_epoch
-            await self.persister.write_state(WriteState(entry.key, epoch, partition.leader_epoch, start, 0, ()))
+            await self.persister.write_state(WriteState(entry.key, epoch, entry.leader_epoch, start, 0, ()))
             engine.load(start, epoch, ())
         else:
             engine.load(state.start_offset, state.state_epoch, state.state_batches)
@@ -298,6 +307,20 @@ class SharePartitionManager:
             if found is not None:
                 return max(found.offset, partition.log_start_offset)
         return partition.fetch_bound(settings.isolation_level)
+
+    @staticmethod
+    def _fenced(entry: _Entry) -> bool:
+        """Its partition is no longer led here, or led in a newer epoch (Kafka's
+        SharePartitionListener onBecomingFollower, and the leader epoch check of
+        DelayedShareFetch): what it holds in memory (acquisitions, locks) is another leader's
+        business now, whose state loads from the share coordinator."""
+        partition = entry.partition
+        return not partition.is_leader or partition.leader_epoch != entry.leader_epoch
+
+    def leadership_changed(self, topic_id: uuid.UUID, index: int) -> None:
+        """The partition became a follower, or leads in a new epoch: forget its share-partitions
+        (their timers too), as Kafka's SharePartitionListener does."""
+        self.drop([k for k, e in self.entries.items() if k[1] == topic_id and k[2] == index and self._fenced(e)])
 
     def drop(self, keys: Iterable[ShareKey]) -> None:
         """Forget share-partitions (topic or group deleted, offsets altered): reloaded when next used."""
@@ -439,6 +462,10 @@ class SharePartitionManager:
             if entry.partition.deleted or self.entries.get(entry.key) is not entry:
                 results[tp] = PartitionResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 continue
+            if self._fenced(entry):  # led elsewhere (or anew) since the fetch began to wait
+                self.drop([entry.key])
+                results[tp] = PartitionResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+                continue
             if left_records <= 0:
                 continue  # SharePartition.acquire: nothing past MaxRecords
             try:
@@ -579,7 +606,13 @@ class SharePartitionManager:
         async def one(tp: TopicIdPartition, batches: list[AckBatch]) -> tuple[ErrorCode, str | None]:
             topic_id, index = tp
             entry = self.entries.get((group_id, topic_id, index))  # type: ignore[arg-type]
+            if entry is not None and self._fenced(entry):
+                self.drop([entry.key])
+                return ErrorCode.NOT_LEADER_OR_FOLLOWER, None
             if entry is None:
+                partition = self.partition_of(topic_id, index)  # type: ignore[arg-type]
+                if partition is not None and not partition.is_leader:
+                    return ErrorCode.NOT_LEADER_OR_FOLLOWER, None
                 return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None
             if entry.ready is not None and not entry.ready.done():
                 await asyncio.shield(entry.ready)
@@ -616,7 +649,7 @@ class SharePartitionManager:
             engine.complete(t, True, self.clock.now_ms())
             self._arm(entry)
             return
-        write = WriteState(entry.key, engine.state_epoch, entry.partition.leader_epoch, engine.start_offset,
+        write = WriteState(entry.key, engine.state_epoch, entry.leader_epoch, engine.start_offset,
                            engine.delivery_complete_count(), tuple(t.state_batches()))
         error: KafkaError | None = None
         try:
@@ -761,6 +794,9 @@ class SharePartitionManager:
     async def _expire(self, entry: _Entry) -> None:
         entry.timer, entry.timer_deadline = None, None
         if self.entries.get(entry.key) is not entry:
+            return
+        if self._fenced(entry):
+            self.drop([entry.key])
             return
         now = self.clock.now_ms()
         t = entry.engine.expire_locks(now)

@@ -21,6 +21,7 @@ class LogPartition:
     """A partition of `batches` batches of 10 records of `value` (more come with `append`)."""
 
     leader_epoch = 0
+    is_leader = True
     deleted = False
     log_start_offset = 0
 

@@ -137,3 +137,48 @@ async def test_records_left_in_archiving_by_a_crash_go_to_the_dead_letter_queue_
     assert entry.engine.start_offset == 5 and m.metrics.dead_lettered == 3
     assert persister.writes[-1].batches == (StateBatch(2, 4, int(RecordState.ARCHIVED), 5),)
     await m.stop()
+
+
+async def test_a_share_partition_lives_with_its_partitions_leader() -> None:
+    """A share-partition is served only where its partition is led, in the epoch it was loaded in
+    (Kafka's SharePartitionListener and leader epoch check): a replica that does not lead answers
+    NOT_LEADER_OR_FOLLOWER, and one whose leadership moved on forgets what it held in memory and
+    loads the state again in its new epoch (found by the fault runs: a restarted node whose
+    metadata still named it leader loaded the state the new leader was serving, and both handed
+    the same record to two members)."""
+    from broker.share.engine import AckBatch
+    from protocol.errors import ErrorCode
+
+    partition = LogPartition(batches=2, value=VALUE)
+    persister = Persister()
+    m = manager(partition, persister)
+
+    async def share_fetch() -> Any:
+        return (await m.fetch("g", "m", [(TOPIC, 0)], max_wait_ms=0, min_bytes=1, max_bytes=50 << 20,
+                              max_records=10, batch_size=10, record_limit=False))[(TOPIC, 0)]
+
+    partition.is_leader = False  # type: ignore[misc]
+    assert (await share_fetch()).error == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert not m.entries and not persister.writes
+
+    partition.is_leader = True  # type: ignore[misc]
+    partition.leader_epoch = 1  # type: ignore[misc]
+    assert [(a.first_offset, a.last_offset) for a in (await share_fetch()).acquired] == [(0, 9)]
+    acks = {(TOPIC, 0): [AckBatch(0, 4, [1])]}
+    assert await m.acknowledge("g", "m", acks) == {(TOPIC, 0): (ErrorCode.NONE, None)}
+    assert {w.leader_epoch for w in persister.writes} == {1}
+
+    partition.leader_epoch = 2  # type: ignore[misc]  # it led again, in a new epoch
+    writes = len(persister.writes)
+    assert await m.acknowledge("g", "m", {(TOPIC, 0): [AckBatch(5, 9, [1])]}) == {
+        (TOPIC, 0): (ErrorCode.NOT_LEADER_OR_FOLLOWER, None)}
+    assert len(persister.writes) == writes and not m.entries  # nothing written in the old epoch
+    persister.state = ShareGroupOffset(start_offset=5, state_epoch=0, state_batches=())
+    assert [(a.first_offset, a.last_offset) for a in (await share_fetch()).acquired] == [(5, 19)]
+
+    partition.is_leader = False  # type: ignore[misc]  # a follower now: its locks are not its own
+    m.leadership_changed(TOPIC, 0)
+    assert not m.entries
+    assert await m.acknowledge("g", "m", {(TOPIC, 0): [AckBatch(5, 9, [1])]}) == {
+        (TOPIC, 0): (ErrorCode.NOT_LEADER_OR_FOLLOWER, None)}
+    await m.stop()

@@ -245,6 +245,20 @@ def test_a_refused_produce_or_fetch_names_the_leader_kip_951(kafka: EmbeddedBrok
                 assert [(e.node_id, e.port) for e in f.node_endpoints] == [(p0.leader_id, nodes[p0.leader_id])]
             else:
                 assert part.current_leader.leader_id == -1
+        # the share APIs too: a share-partition lives with its partition's leader
+        S, A = M.ShareFetchRequest, M.ShareAcknowledgeRequest
+        share_fetch = S(group_id="hinted", member_id="AAAAAAAAAAAAAAAAAAAAAA", share_session_epoch=0, max_wait_ms=0,
+                        min_bytes=1, max_bytes=1 << 20, max_records=10, batch_size=10,
+                        topics=[S.FetchTopic(topic_id=topic_id, partitions=[S.FetchPartition(partition_index=0)])])
+        acknowledge = A(group_id="hinted", member_id="AAAAAAAAAAAAAAAAAAAAAA", share_session_epoch=1, topics=[
+            A.AcknowledgeTopic(topic_id=topic_id, partitions=[A.AcknowledgePartition(
+                partition_index=0, acknowledgement_batches=[A.AcknowledgementBatch(0, 0, [1])])])])
+        for api_key, request in ((78, share_fetch), (79, acknowledge)):
+            r = on_follower.call(api_key, 1, request)
+            [part] = r.responses[0].partitions
+            assert part.error_code == E.NOT_LEADER_OR_FOLLOWER
+            assert (part.current_leader.leader_id, part.current_leader.leader_epoch) == (p0.leader_id, p0.leader_epoch)
+            assert [(e.node_id, e.port) for e in r.node_endpoints] == [(p0.leader_id, nodes[p0.leader_id])]
     finally:
         on_follower.close()
 
