@@ -37,7 +37,7 @@ class LocalBroker:
         self.fetchers = fetchers
 
     def image(self) -> MetadataImage:
-        return self.broker.metadata.image  # type: ignore[no-any-return]
+        return self.broker.metadata.committed  # type: ignore[no-any-return]
 
     ready = True  # may this node lead what the metadata says it leads (ClusterMode: once registered)
 

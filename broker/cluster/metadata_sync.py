@@ -15,6 +15,13 @@ client about a change awaits it first (a response is released once its records a
 When an append fails (the term ended, etcd gone with the outcome unknown) the changes not yet
 durable may or may not be in the log: the node stops writing, fails every waiting change, and
 reloads its image from etcd (`reload`), as a restarting node would.
+
+What the node itself does with the metadata (the publisher: which partitions it leads, the
+coordinators it loads; where it routes requests) follows only committed records, as a KRaft
+broker's metadata cache does: the controller's changes join `store.committed`, and the listeners
+hear of them, once durable. A controller that lost its term while paused (SIGSTOP) and changes
+the metadata on waking (fencing brokers it stopped hearing from, electing itself) must not act on
+those changes: its appends fail and its image is reloaded, and nothing was led meanwhile.
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ from broker.cluster.metadata_log import (
     StaleEndOffset,
 )
 from broker.cluster.snapshot import image_from_records, image_records
-from broker.metadata import MetadataImage, MetadataStore, decode_record
+from broker.metadata import MetadataImage, MetadataStore, decode_record, encode_record
 from broker.observability.logger import get_logger
 from protocol.errors import ErrorCode, KafkaError
 
@@ -81,6 +88,18 @@ class ControllerLog:
         self._queue.put_nowait(entry)
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._write(), name="metadata-writer")
+
+    def when_durable(self, callback: Callable[[], None]) -> None:
+        """Call `callback` once the last append is durable (in the order of the appends; never
+        if it fails: the image is reloaded then)."""
+        last = self._last
+        assert last is not None
+
+        def done(f: asyncio.Future[None]) -> None:
+            if not f.cancelled() and f.exception() is None:
+                callback()
+
+        last.add_done_callback(done)
 
     def read_all(self) -> Iterable[bytes]:
         return ()  # the image comes from the loader
@@ -221,9 +240,12 @@ class MetadataLoader:
         await self._advanced()
 
     def _replay(self, batch: Batch) -> None:
-        if self.store.image.records >= batch.end_offset:
+        store = self.store
+        if isinstance(store, ClusterMetadataStore):
+            store.catch_up_committed(batch)
+        if store.image.records >= batch.end_offset:
             return  # replayed already (the controller's own changes)
-        replayed = _replay_into(self.store.image, batch)
+        replayed = _replay_into(store.image, batch)
         self._since_snapshot += sum(len(v) for v in batch.records)
         if replayed:
             self._notify(replayed)
@@ -265,6 +287,55 @@ class ClusterMetadataStore(MetadataStore):
     ReplicationControlManager creates them."""
 
     producer_ids: Any = None  # producer_ids.ProducerIdBlocks, once the node has joined
+    # what is durable, while this node's image holds changes of its own not yet appended (the
+    # controller's); None: the image itself
+    _committed: MetadataImage | None = None
+
+    @property  # type: ignore[override]
+    def image(self) -> MetadataImage:
+        return self._image
+
+    @image.setter
+    def image(self, image: MetadataImage) -> None:
+        """A new image (loaded from a snapshot, reloaded from etcd) is all durable."""
+        self._image = image
+        self._committed = None
+
+    @property
+    def committed(self) -> MetadataImage:
+        return self._committed if self._committed is not None else self._image
+
+    def _commit(self, records: list[Any]) -> None:
+        """The controller's change: validated against the image and replayed into it now, the
+        listeners told once it is durable."""
+        log_ = self.log
+        if not isinstance(log_, ControllerLog):
+            super()._commit(records)
+            return
+        log_.append([encode_record(r) for r in records])
+        if self._committed is None:
+            self._committed = image_from_records(image_records(self._image), self._image.records)
+        base = self._image.records
+        for r in records:
+            self._image.replay(r)
+        log_.when_durable(lambda: self._durable(base, records))
+
+    def _durable(self, base: int, records: list[Any]) -> None:
+        committed = self._committed
+        if committed is not None:
+            for r in records[max(committed.records - base, 0):]:  # the loader may have brought some
+                committed.replay(r)
+        if self.listeners:
+            try:
+                self.replayed(records)
+            except Exception:
+                log.exception("a metadata listener failed")
+
+    def catch_up_committed(self, batch: Batch) -> None:
+        """The committed image follows the log as the image does (a change of this node's that
+        is in the log already joins it here if its own callback has not come yet)."""
+        if self._committed is not None and self._committed.records < batch.end_offset:
+            _replay_into(self._committed, batch)
 
     def allocate_producer_id(self) -> int:
         if self.producer_ids is None:

@@ -114,6 +114,12 @@ class MetadataStore:
         if self.listeners:
             self.replayed(records)
 
+    @property
+    def committed(self) -> MetadataImage:
+        """The image of what is durable (cluster mode: the controller's own changes join it once
+        appended; here every change is durable before it is applied)."""
+        return self.image
+
     def replayed(self, records: list[Any] | None) -> None:
         """Tell the listeners what was replayed (None: the image was replaced)."""
         for listener in list(self.listeners):

@@ -15,28 +15,20 @@ from tests.chaos.nemesis import Fault
 from tests.chaos.runner import SAFE_WITH_ONE_REPLICA, RunConfig, run
 from tests.cluster.nodes import need_etcd
 
-# Found by these runs and not yet fixed: after a leader kill with replication factor 3, a share
-# record whose acceptance its member was told of is sometimes delivered again to another member
-# (seen once in several runs of seed 1). Such a run ends as an expected failure, after every other
-# check has passed; issue 23's note says where it stands.
-KNOWN_WITH_REPLICATION = frozenset({"share_after_ack"})
 
-
-def verdict(config: RunConfig, base: Path, known: frozenset[str] = frozenset()) -> None:
+def verdict(config: RunConfig, base: Path) -> None:
     need_etcd()
     result = run(config, base)
     print(result.report())
     assert result.faults_done >= 2, "the run did too few faults to mean anything:\n" + result.report()
     assert result.counts.get("acknowledged", 0) > 0, result.report()
     assert not result.stuck and not result.unhealthy and not result.unanswered, result.report()
-    assert not [v for v in result.violations if v.check not in known], result.report()
+    assert not result.violations, result.report()
     # the checker is awake on this history: one acknowledged record taken out of the final read is lost
     events = load(result.history_path)
     value = next(iter(acknowledged(events)))
     missing = [e for e in events if not (e.kind is Kind.FINAL_READ and e["value"] == value)]
-    assert [v.check for v in check(missing) if v.check not in known] == ["lost"]
-    if result.violations:
-        pytest.xfail("known, not yet fixed: %s" % ", ".join(sorted({v.check for v in result.violations})))
+    assert [v.check for v in check(missing)] == ["lost"]
 
 
 @pytest.mark.timeout(110)
@@ -50,4 +42,4 @@ def test_faults_with_one_replica(tmp_path: Path, seed: int) -> None:
 def test_leader_kills_with_three_replicas(tmp_path: Path, seed: int) -> None:
     verdict(RunConfig(seed=seed, duration=15, faults=(Fault.KILL_LEADER, Fault.PAUSE),
                       replication_factor=3,
-                      min_insync_replicas=2), tmp_path, known=KNOWN_WITH_REPLICATION)
+                      min_insync_replicas=2), tmp_path)
