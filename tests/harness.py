@@ -1,4 +1,8 @@
-"""Test harness: the broker in-process or as a subprocess on 127.0.0.1, and a raw-frame client."""
+"""Test harness: the broker in-process or as a subprocess on 127.0.0.1, and a raw-frame client.
+
+A broker process may listen elsewhere (a network namespace of tests/chaos/network.py, at its
+address there): `HOSTS` maps its port to that address, so the helpers that reach a broker by its
+port (`connect`, `port_open`, RawClient) find it."""
 
 from __future__ import annotations
 
@@ -17,6 +21,13 @@ from protocol import frames
 from protocol import messages as M
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+HOSTS: dict[int, str] = {}  # port -> address of a broker listening elsewhere than 127.0.0.1
+
+
+def host_of(port: int) -> str:
+    return HOSTS.get(port, "127.0.0.1")
 
 
 def free_port() -> int:
@@ -39,7 +50,7 @@ def wait_for(predicate: Any, timeout: float = 10.0, interval: float = 0.02, what
 
 def port_open(port: int) -> bool:
     try:
-        socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+        socket.create_connection((host_of(port), port), timeout=0.2).close()
         return True
     except OSError:
         return False
@@ -49,13 +60,18 @@ class BrokerProcess:
     """`python -m broker` as a child process, stopped by its PID only."""
 
     def __init__(self, data_dir: Path, port: int | None = None, overrides: dict[str, str] | None = None,
-                 args: list[str] | None = None, root: Path | None = None) -> None:
+                 args: list[str] | None = None, root: Path | None = None, host: str = "127.0.0.1",
+                 prefix: list[str] | None = None) -> None:
         self.data_dir = data_dir
         self.root = root or ROOT  # the checkout whose broker runs (bench: another version to compare)
         self.args = list(args or [])  # more command-line arguments (--fault ...)
         self.port = port or free_port()
+        self.host = host
+        self.prefix = list(prefix or [])  # runs the command elsewhere (`ip netns exec NS`, which execs it)
+        if host != "127.0.0.1":
+            HOSTS[self.port] = host
         self.overrides = {
-            "listeners": "PLAINTEXT://127.0.0.1:%d" % self.port,
+            "listeners": "PLAINTEXT://%s:%d" % (host, self.port),
             "log.dirs": str(data_dir),
             "group.initial.rebalance.delay.ms": "0",
             **(overrides or {}),
@@ -65,10 +81,10 @@ class BrokerProcess:
 
     @property
     def bootstrap(self) -> str:
-        return "127.0.0.1:%d" % self.port
+        return "%s:%d" % (self.host, self.port)
 
     def start(self, timeout: float = 20.0) -> BrokerProcess:
-        args = [sys.executable, "-m", "broker"]
+        args = [*self.prefix, sys.executable, "-m", "broker"]
         for k, v in self.overrides.items():
             args += ["--override", "%s=%s" % (k, v)]
         args += self.args
@@ -122,12 +138,12 @@ class BrokerProcess:
 
 
 def connect(port: int, attempts: int = 5) -> socket.socket:
-    """A connection to 127.0.0.1:port. A refused connect is tried again a few times, as a real
+    """A connection to 127.0.0.1:port (or where HOSTS says the port is). A refused connect is tried again a few times, as a real
     client reconnects: one in several thousand fresh listeners on a busy machine refused the
     first connection (CI), which no client test means to check."""
     for attempt in range(attempts):
         try:
-            return socket.create_connection(("127.0.0.1", port), timeout=10)
+            return socket.create_connection((host_of(port), port), timeout=10)
         except ConnectionRefusedError:
             if attempt == attempts - 1:
                 raise

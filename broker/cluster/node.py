@@ -118,6 +118,8 @@ class ClusterNode:
         self._resigning: asyncio.Task[None] | None = None  # a term given up after a failed append
         self.unfenced_listeners: list[Callable[[], None]] = []  # told each time this broker is unfenced
         self._stopping = False
+        # completed (and replaced) each time the controller changes: calls to the old one give up
+        self._controller_moved: asyncio.Future[None] | None = None
 
     # start -------------------------------------------------------------------------------------
     async def connect(self, wanted_cluster_id: str | None) -> str:
@@ -215,6 +217,10 @@ class ClusterNode:
     def _controller_changed(self, info: ControllerInfo | None, leadership: Leadership | None) -> None:
         controller = self.controller
         assert controller is not None
+        moved = self._controller_moved
+        if moved is not None and not moved.done():
+            moved.set_result(None)
+        self._controller_moved = None
         if leadership is not None and controller.leadership != leadership:
             if self._becoming is not None:
                 self._becoming.cancel()
@@ -263,7 +269,26 @@ class ClusterNode:
             return await local(request)
         if self.controller_id < 0:
             raise not_controller("No controller is active.")
-        return await self.controller_client_call(api_key, version, request)
+        return await self._unless_controller_moves(self.controller_client_call(api_key, version, request))
+
+    async def _unless_controller_moves(self, call: Awaitable[Any]) -> Any:
+        """The answer of a call to the controller, unless another node becomes the controller
+        first (NOT_CONTROLLER: the caller asks again, the new one). A controller cut off from
+        the network does not answer, and its calls would wait out their timeout: meanwhile this
+        node's heartbeats would reach nobody, and the new controller would fence it."""
+        if self._controller_moved is None:
+            self._controller_moved = asyncio.get_running_loop().create_future()
+        moved = self._controller_moved
+        task = asyncio.ensure_future(call)
+        try:
+            await asyncio.wait({task, moved}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        if not task.done():
+            task.cancel()
+            raise not_controller("The controller changed while the request was in flight.")
+        return task.result()
 
     async def caught_up_with_controller(self, timeout_s: float = 5.0) -> None:
         """Until this node's image holds what the log held just now (the client's next request

@@ -38,9 +38,12 @@ class EtcdMember:
     """One etcd process. `start()` returns once the member answers /health with a leader."""
 
     def __init__(self, data_dir: str | Path, name: str = "default", client_port: int = 0, peer_port: int = 0,
-                 heartbeat_ms: int = 10, election_ms: int = 100, extra_args: Sequence[str] = ()) -> None:
+                 heartbeat_ms: int = 10, election_ms: int = 100, extra_args: Sequence[str] = (),
+                 host: str = "127.0.0.1", prefix: Sequence[str] = ()) -> None:
         self.data_dir = Path(data_dir)
         self.name = name
+        self.host = host  # where it listens (tests/chaos: its network namespace's address)
+        self.prefix = list(prefix)  # runs the command elsewhere (`ip netns exec NS`, which execs it)
         self.client_port = client_port or free_port()
         self.peer_port = peer_port or free_port()
         self.heartbeat_ms = heartbeat_ms
@@ -52,11 +55,11 @@ class EtcdMember:
 
     @property
     def client_url(self) -> str:
-        return "http://127.0.0.1:%d" % self.client_port
+        return "http://%s:%d" % (self.host, self.client_port)
 
     @property
     def peer_url(self) -> str:
-        return "http://127.0.0.1:%d" % self.peer_port
+        return "http://%s:%d" % (self.host, self.peer_port)
 
     @property
     def pid(self) -> int | None:
@@ -81,7 +84,7 @@ class EtcdMember:
         assert self.process is None or self.process.poll() is not None, "already running"
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(self.command(), stdout=subprocess.DEVNULL, stderr=log,
+            self.process = subprocess.Popen([*self.prefix, *self.command()], stdout=subprocess.DEVNULL, stderr=log,
                                             stdin=subprocess.DEVNULL)
 
     def start(self, timeout: float = 15.0) -> None:

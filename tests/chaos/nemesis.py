@@ -12,6 +12,12 @@ The faults (`Fault`), each held for `hold` seconds then healed:
   it fenced, and its leases in etcd run out).
 - etcd_kill: kill -9 of the etcd member; healed by starting it again on its data directory.
 - etcd_pause: SIGSTOP of the etcd member; healed by SIGCONT.
+- isolate: a network partition (the run's brokers and etcd each in a network namespace of
+  tests/chaos/network.py): a broker node cut off from the other brokers and from etcd, both ways,
+  while the clients still reach it (the old leader of a split brain: it must not acknowledge what
+  it cannot replicate); healed by removing the drops.
+- isolate_leader: the same, of the node leading a partition of the workload.
+- cut: a broker node's link down: it reaches nobody, clients included; healed by bringing it up.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from dataclasses import asdict, dataclass
 from enum import StrEnum
 
 from tests.chaos.history import History, Kind
-from tests.cluster.harness import ProcessCluster
+from tests.cluster.harness import ETCD_MEMBER, ProcessCluster, member_name
 
 
 class Fault(StrEnum):
@@ -35,6 +41,13 @@ class Fault(StrEnum):
     PAUSE = "pause"
     ETCD_KILL = "etcd_kill"
     ETCD_PAUSE = "etcd_pause"
+    ISOLATE = "isolate"
+    ISOLATE_LEADER = "isolate_leader"
+    CUT = "cut"
+
+
+NETWORK_FAULTS = frozenset({Fault.ISOLATE, Fault.ISOLATE_LEADER, Fault.CUT})  # the run needs its own network
+LEADER_FAULTS = frozenset({Fault.KILL_LEADER, Fault.ISOLATE_LEADER})  # their target is a partition
 
 
 ETCD = 0  # the target of an etcd fault
@@ -46,6 +59,9 @@ HOLDS: dict[Fault, tuple[float, float]] = {
     Fault.PAUSE: (0.5, 4.5),
     Fault.ETCD_KILL: (0.2, 3.0),
     Fault.ETCD_PAUSE: (0.5, 3.0),
+    Fault.ISOLATE: (1.0, 5.0),
+    Fault.ISOLATE_LEADER: (1.0, 5.0),
+    Fault.CUT: (1.0, 5.0),
 }
 QUIET = (0.5, 2.5)  # seconds between a heal and the next fault
 
@@ -58,7 +74,7 @@ class Step:
     hold: float
 
     def describe(self) -> str:
-        if self.fault is Fault.KILL_LEADER:
+        if self.fault in LEADER_FAULTS:
             where = "leader of partition %d" % self.target
         elif self.target == ETCD:
             where = "etcd"
@@ -82,7 +98,7 @@ def schedule(seed: int, duration: float, faults: Iterable[Fault], nodes: Sequenc
             order = rng.sample(kinds, len(kinds))
         fault = order.pop()
         hold = round(rng.uniform(*HOLDS[fault]), 2)
-        if fault is Fault.KILL_LEADER:
+        if fault in LEADER_FAULTS:
             target = rng.randrange(partitions)
         elif fault in (Fault.ETCD_KILL, Fault.ETCD_PAUSE):
             target = ETCD
@@ -108,6 +124,7 @@ class Nemesis:
         self.stopping = threading.Event()
         self.killed: set[int] = set()  # broker nodes down (ETCD for etcd)
         self.paused: set[int] = set()
+        self.parted: set[int] = set()  # broker nodes isolated or cut
         self.done = 0  # steps carried out
         self._thread: threading.Thread | None = None
         self._began = 0.0
@@ -140,7 +157,7 @@ class Nemesis:
 
     def _begin(self, step: Step) -> int:
         target = step.target
-        if step.fault is Fault.KILL_LEADER:
+        if step.fault in LEADER_FAULTS:
             leader = self.leader_of(step.target)
             target = leader if leader in self.cluster.nodes else sorted(self.cluster.nodes)[
                 step.target % len(self.cluster.nodes)]
@@ -157,10 +174,26 @@ class Nemesis:
         elif step.fault is Fault.ETCD_PAUSE:
             self.cluster.etcd.pause()
             self.paused.add(ETCD)
+        elif step.fault in NETWORK_FAULTS:
+            network = self.cluster.network
+            assert network is not None, "a network fault needs the cluster in a network of its own"
+            member = member_name(target)
+            if step.fault is Fault.CUT:
+                network.cut(member)
+            else:
+                others = [member_name(n) for n in self.cluster.nodes if n != target]
+                network.isolate(member, [*others, ETCD_MEMBER])
+            self.parted.add(target)
         return target
 
     def _heal(self, fault: Fault, target: int) -> None:
-        if target in self.paused and fault in (Fault.PAUSE, Fault.ETCD_PAUSE):
+        if fault in NETWORK_FAULTS:
+            if target not in self.parted:
+                return
+            assert self.cluster.network is not None
+            self.cluster.network.heal()  # one fault at a time: whatever is cut is this one's
+            self.parted.clear()
+        elif target in self.paused and fault in (Fault.PAUSE, Fault.ETCD_PAUSE):
             if target == ETCD:
                 self.cluster.etcd.resume()
             else:
@@ -177,6 +210,8 @@ class Nemesis:
         self._record("heal", fault, target, None)
 
     def heal_all(self) -> None:
+        for target in sorted(self.parted):
+            self._heal(Fault.ISOLATE, target)
         for target in sorted(self.paused):
             self._heal(Fault.ETCD_PAUSE if target == ETCD else Fault.PAUSE, target)
         for target in sorted(self.killed):

@@ -10,18 +10,32 @@ iptables inside the member's namespace and theirs (a partition that can be one-s
 both. Processes join a member with `exec_prefix(member)` (`ip netns exec <ns>`, which execs the
 command: the PID is the process's own, so kill -9 and SIGSTOP still apply).
 
+A thread joins a member with `entered(member)` (setns(2): the sockets it opens, and the threads
+it starts, such as librdkafka's, live in the member's network) and is back where it was after.
+
 Root is needed (ip netns, iptables); `available()` says whether this machine can.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import itertools
 import os
 import shutil
 import subprocess
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 _runs = itertools.count()
+CLONE_NEWNET = 0x40000000
+
+
+def _setns(fd: int) -> None:
+    """setns(2) of the calling thread into a network namespace (os.setns is Python 3.12's)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.setns(fd, CLONE_NEWNET) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, "setns: %s" % os.strerror(errno))
 
 
 def available() -> bool:
@@ -88,6 +102,24 @@ class Network:
     def namespace_path(self, member: str) -> str:
         """For setns(2) from a thread (its sockets, and threads it starts, then live in the member)."""
         return "/run/netns/%s" % self.namespaces[member]
+
+    @contextlib.contextmanager
+    def entered(self, member: str) -> Iterator[None]:
+        """The calling thread in `member`'s network for the block (threads it starts meanwhile stay
+        there)."""
+        home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+        try:
+            target = os.open(self.namespace_path(member), os.O_RDONLY)
+            try:
+                _setns(target)
+            finally:
+                os.close(target)
+            try:
+                yield
+            finally:
+                _setns(home)
+        finally:
+            os.close(home)
 
     # faults --------------------------------------------------------------------------------------
     def _drop(self, member: str, peer: str, action: str) -> None:

@@ -24,9 +24,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.chaos.checker import Violation, check, summary
 from tests.chaos.history import History, Kind
-from tests.chaos.nemesis import Fault, Nemesis, describe, schedule
+from tests.chaos.nemesis import NETWORK_FAULTS, Fault, Nemesis, describe, schedule
+from tests.chaos.network import Network
 from tests.chaos.workload import GroupMember, IdempotentProducer, ShareMember, TransactionalProducer, Worker
-from tests.cluster.harness import ProcessCluster
+from tests.cluster.harness import ETCD_MEMBER, ProcessCluster, member_name
 from tests.cluster.nodes import create_topic, leaders, start_cluster, wait_leaders, wait_live
 from tests.harness import wait_for
 
@@ -44,6 +45,7 @@ OVERRIDES = {
     "group.share.min.record.lock.duration.ms": "1000",
 }
 SAFE_WITH_ONE_REPLICA = (Fault.KILL, Fault.PAUSE, Fault.ETCD_KILL, Fault.ETCD_PAUSE)
+CLIENTS = "clients"  # the network member of the workload's clients and the runner
 
 
 @dataclass(frozen=True)
@@ -94,12 +96,23 @@ class RunResult:
 
 
 def run(config: RunConfig, base: Path) -> RunResult:
+    """The run; with a network fault among its faults, in a network of its own (the brokers and
+    etcd each in a namespace, this thread and the clients it starts in a "clients" one), which is
+    removed afterwards."""
+    if not NETWORK_FAULTS & set(config.faults):
+        return _run(config, base, None)
+    members = [member_name(n) for n in range(1, config.nodes + 1)] + [ETCD_MEMBER, CLIENTS]
+    with Network(members) as network, network.entered(CLIENTS):
+        return _run(config, base, network)
+
+
+def _run(config: RunConfig, base: Path, network: Network | None) -> RunResult:
     base.mkdir(parents=True, exist_ok=True)
     history = History(base / "history.jsonl")
     seconds: dict[str, float] = {}
     began = time.monotonic()
     overrides = {**OVERRIDES, "min.insync.replicas": str(config.min_insync_replicas)}
-    cluster = start_cluster(base / "cluster", config.nodes, overrides)
+    cluster = start_cluster(base / "cluster", config.nodes, overrides, network)
     nemesis: Nemesis | None = None
     workers: list[Worker] = []
     stuck: list[str] = []

@@ -1,7 +1,10 @@
 """Short fault runs (tests/chaos/runner.py) on a three-node cluster, each on its own cluster and
 etcd: the workload under faults a replication factor of one survives (kill -9 and restart of any
 node, pauses, etcd killed or paused), several seeds, nothing the checker flags. Leader kills
-and pauses with replication factor 3 and min.insync.replicas 2 too (replication, issue 23). A failing run prints its seed and schedule; `bench/chaos.py --seed N` replays it."""
+and pauses with replication factor 3 and min.insync.replicas 2 too (replication, issue 23), and
+network partitions (a leader or any node cut off from the other brokers and etcd, a node's link
+down), the brokers and etcd each in a network namespace. A failing run prints its seed and
+schedule; `bench/chaos.py --seed N` replays it."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import pytest
 from tests.chaos.checker import acknowledged, check
 from tests.chaos.history import Kind, load
 from tests.chaos.nemesis import Fault
+from tests.chaos.network import available as network_available
 from tests.chaos.runner import SAFE_WITH_ONE_REPLICA, RunConfig, run
 from tests.cluster.nodes import need_etcd
 
@@ -43,3 +47,11 @@ def test_leader_kills_with_three_replicas(tmp_path: Path, seed: int) -> None:
     verdict(RunConfig(seed=seed, duration=15, faults=(Fault.KILL_LEADER, Fault.PAUSE),
                       replication_factor=3,
                       min_insync_replicas=2), tmp_path)
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.skipif(not network_available(), reason="network partitions need root, ip and iptables")
+@pytest.mark.parametrize("seed", [1, 2])
+def test_network_partitions_with_three_replicas(tmp_path: Path, seed: int) -> None:
+    verdict(RunConfig(seed=seed, duration=15, faults=(Fault.ISOLATE_LEADER, Fault.ISOLATE, Fault.CUT, Fault.PAUSE),
+                      replication_factor=3, min_insync_replicas=2), tmp_path)

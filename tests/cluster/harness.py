@@ -1,13 +1,27 @@
 """A real cluster for tests: one etcd member and N `python -m broker` processes on 127.0.0.1, each
-with its own port and log directory, all with the same `etcd.endpoints`; stopped by their PIDs."""
+with its own port and log directory, all with the same `etcd.endpoints`; stopped by their PIDs.
+
+With a `network` (tests/chaos/network.py, its members named by `member_name`) each broker and
+etcd run in a network namespace of their own, at its address, so that the fault runs can cut
+them apart; whoever talks to them must then be in the network too (the chaos runner enters its
+"clients" member)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from broker.testing.etcd import EtcdMember
-from tests.harness import BrokerProcess, free_port, wait_for
+from tests.harness import HOSTS, BrokerProcess, free_port, wait_for
+
+if TYPE_CHECKING:
+    from tests.chaos.network import Network
+
+ETCD_MEMBER = "etcd"
+
+
+def member_name(node_id: int) -> str:
+    return "node%d" % node_id
 
 FAST = {  # the cluster notices a dead node within seconds, not Kafka's 9 s
     "broker.session.timeout.ms": "3000",
@@ -17,9 +31,15 @@ FAST = {  # the cluster notices a dead node within seconds, not Kafka's 9 s
 
 
 class ProcessCluster:
-    def __init__(self, base: Path, size: int = 3, overrides: dict[str, str] | None = None) -> None:
+    def __init__(self, base: Path, size: int = 3, overrides: dict[str, str] | None = None,
+                 network: Network | None = None) -> None:
         self.base = base
-        self.etcd = EtcdMember(base / "etcd")
+        self.network = network
+        if network is None:
+            self.etcd = EtcdMember(base / "etcd")
+        else:
+            self.etcd = EtcdMember(base / "etcd", client_port=2379, peer_port=2380, host=network.address(ETCD_MEMBER),
+                                   prefix=network.exec_prefix(ETCD_MEMBER))
         self.overrides = {**FAST, **(overrides or {})}
         self.nodes: dict[int, BrokerProcess] = {}
         for node_id in range(1, size + 1):
@@ -28,7 +48,12 @@ class ProcessCluster:
     def _process(self, node_id: int, port: int) -> BrokerProcess:
         data = self.base / ("node%d" % node_id) / "data"
         data.mkdir(parents=True, exist_ok=True)
-        return BrokerProcess(data, port, overrides={"node.id": str(node_id), **self.overrides})
+        overrides = {"node.id": str(node_id), **self.overrides}
+        if self.network is None:
+            return BrokerProcess(data, port, overrides=overrides)
+        member = member_name(node_id)
+        return BrokerProcess(data, port, overrides=overrides, host=self.network.address(member),
+                             prefix=self.network.exec_prefix(member))
 
     def start(self) -> ProcessCluster:
         self.etcd.start()
@@ -55,6 +80,8 @@ class ProcessCluster:
             if process.proc is not None and process.proc.poll() is None:
                 process.stop()
         self.etcd.stop()
+        for process in self.nodes.values():
+            HOSTS.pop(process.port, None)  # the port may serve on 127.0.0.1 in a later test
 
     def logs(self) -> str:
         return "\n".join("--- node %d ---\n%s" % (n, p.output()[-6000:]) for n, p in self.nodes.items())

@@ -11,11 +11,14 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from protocol import messages as M
 from tests.cluster.harness import ProcessCluster
 from tests.harness import RawClient, wait_for
+
+if TYPE_CHECKING:
+    from tests.chaos.network import Network
 
 METADATA, FIND_COORDINATOR, CREATE_TOPICS = 3, 10, 19
 GROUP, TRANSACTION, SHARE = 0, 1, 2  # FindCoordinator key types
@@ -124,9 +127,10 @@ def wait_leaders(cluster: ProcessCluster, topic: str, expect: Callable[[dict[int
     return seen[0]
 
 
-def start_cluster(base: Path, size: int = 3, overrides: dict[str, str] | None = None) -> ProcessCluster:
+def start_cluster(base: Path, size: int = 3, overrides: dict[str, str] | None = None,
+                  network: Network | None = None) -> ProcessCluster:
     """A ProcessCluster whose nodes are all live (registered, unfenced) in every node's Metadata."""
-    cluster = ProcessCluster(base, size, overrides)
+    cluster = ProcessCluster(base, size, overrides, network)
     try:
         cluster.start()
         wait_live(cluster)
