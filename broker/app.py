@@ -638,6 +638,8 @@ class Broker:
 
         if not clean:
             await step("abort connections", self.server.abort)
+        elif self.cluster is not None:  # Kafka's controlled shutdown: leaderships move first
+            await step("controlled shutdown", self.cluster.controlled_shutdown)
         if self.txn_coordinator is not None:
             # transactions being completed finish at the next start
             await step("transaction coordinator", self.txn_coordinator.stop)

@@ -6,9 +6,13 @@ RegisterBrokerRecord takes in the metadata log. It starts fenced: not offered as
 coordinator, not listed in Metadata. Its heartbeats (BrokerHeartbeat, every
 `broker.heartbeat.interval.ms`) say how far it has replayed the metadata log; once that reaches
 its registration it is caught up and unfenced. A broker whose heartbeats stop for
-`broker.session.timeout.ms` is fenced again; one that asks to shut down (WantShutDown) is marked in
-controlled shutdown, fenced, and told it may go. Two processes with the same node.id: while the
-registered one's session lasts, a registration with another incarnation id is refused.
+`broker.session.timeout.ms` is fenced again. A broker that asks to shut down (WantShutDown) shuts
+down in two steps, as Kafka's controlled shutdown: its first such heartbeat marks it in controlled
+shutdown and moves its leaderships away (it leaves every ISR where others remain), while it goes on
+serving as a follower; it is told it may go (ShouldShutDown), and fenced, once every live broker
+has replayed those changes, so that the new leaders lead before the old one stops. Two
+processes with the same node.id: while the registered one's session lasts, a registration with
+another incarnation id is refused.
 
 Leadership and ISRs follow the brokers' states (elections.py, as Kafka's ReplicationControlManager):
 a fenced or shutting-down broker leaves every ISR where others remain and leads nothing, each
@@ -39,12 +43,23 @@ DEFAULT_POLICY = Policy()
 
 @dataclass
 class Heartbeats:
-    """When each broker was last heard of (ms), on the active controller's clock."""
+    """When each broker was last heard of (ms), on the active controller's clock, how far each
+    has replayed the metadata log, and where the records of each controlled shutdown end."""
 
     last: dict[int, int] = field(default_factory=dict)
+    offsets: dict[int, int] = field(default_factory=dict)  # a broker's CurrentMetadataOffset
+    shutdown_offsets: dict[int, int] = field(default_factory=dict)
 
-    def touch(self, node_id: int, now: int) -> None:
+    def touch(self, node_id: int, now: int, metadata_offset: int | None = None) -> None:
         self.last[node_id] = now
+        if metadata_offset is not None:
+            self.offsets[node_id] = metadata_offset
+
+    def lowest_active_offset(self, image: MetadataImage) -> int:
+        """How far every unfenced broker has replayed the log (Kafka's lowestActiveOffset); one
+        not heard of yet by this controller counts as nowhere."""
+        live = [n for n, b in image.brokers.items() if not b.fenced]
+        return min((self.offsets.get(n, -1) for n in live), default=image.records)
 
     def expired(self, image: MetadataImage, now: int, session_timeout_ms: int) -> list[int]:
         """The unfenced brokers not heard of for longer than the session timeout."""
@@ -115,20 +130,26 @@ def heartbeat(image: MetadataImage, heartbeats: Heartbeats, request: Any, now: i
     if found.epoch != request.broker_epoch:
         raise KafkaError(ErrorCode.STALE_BROKER_EPOCH, "Expected broker epoch %d, but got broker epoch %d"
                          % (found.epoch, request.broker_epoch))
-    heartbeats.touch(request.broker_id, now)
+    heartbeats.touch(request.broker_id, now, request.current_metadata_offset)
     caught_up = request.current_metadata_offset >= found.epoch
     records: list[Any] = []
     fenced = found.fenced
     shut_down = False
     if request.want_shut_down:
-        if not found.in_controlled_shutdown:
+        if fenced:  # it leads nothing and is in no ISR: it may go at once
+            shut_down = True
+        elif not found.in_controlled_shutdown:  # the first step: its leaderships move
             records.append(M.BrokerRegistrationChangeRecord(broker_id=found.node_id, broker_epoch=found.epoch,
-                                                            fenced=FENCE if not fenced else 0,
-                                                            in_controlled_shutdown=1))
+                                                            fenced=0, in_controlled_shutdown=1))
             changes = Changes(image, policy)
-            changes.remove_from_isrs(found.node_id)  # its leaderships move before it goes
+            changes.remove_from_isrs(found.node_id)
             records += changes.records
-        fenced, shut_down = True, True
+            heartbeats.shutdown_offsets[found.node_id] = image.records + len(records)
+        elif heartbeats.lowest_active_offset(image) >= heartbeats.shutdown_offsets.get(found.node_id, image.records):
+            # the second: every live broker knows the new leaders (Kafka's SHUTDOWN_NOW)
+            records += fence(image, [found.node_id], policy)
+            heartbeats.shutdown_offsets.pop(found.node_id, None)
+            fenced, shut_down = True, True
     elif fenced and caught_up and not request.want_fence:
         records.append(M.BrokerRegistrationChangeRecord(broker_id=found.node_id, broker_epoch=found.epoch,
                                                         fenced=UNFENCE, in_controlled_shutdown=0))

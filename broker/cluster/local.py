@@ -213,6 +213,13 @@ class ClusterMode(LocalBroker):
                           if node.view is not None else None, "broker-%d-fetcher-0" % self.node_id,
                           security=node.settings.inter_broker_security, node=leader)
 
+    async def controlled_shutdown(self) -> None:
+        """The first step of a clean stop, while the broker still serves everything: its
+        leaderships move to other replicas (the controller's doing), and this node follows that
+        change (its partitions follow the new leaders, its coordinators unload) before it stops."""
+        if await self.node.controlled_shutdown():
+            await self.publisher.settled()
+
     async def stop(self, clean: bool) -> None:
         await self.fetchers.shutdown()  # nothing is appended to a follower's log from here on
         if self.alter_partition is not None:

@@ -56,6 +56,8 @@ log = get_logger("broker.cluster")
 BROKER_REGISTRATION, BROKER_HEARTBEAT, ALLOCATE_PRODUCER_IDS = 62, 63, 67
 REGISTRATION_VERSION, HEARTBEAT_VERSION = 4, 1
 FENCED_HEARTBEAT_MS = 100  # how often a fenced broker heartbeats until it is unfenced
+CONTROLLED_SHUTDOWN_TIMEOUT_S = 5.0  # how long a stopping broker waits for its leaderships to move
+CONTROLLED_SHUTDOWN_POLL_S = 0.05  # between its heartbeats asking to shut down
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,8 @@ class ClusterNode:
         self._resigning: asyncio.Task[None] | None = None  # a term given up after a failed append
         self.unfenced_listeners: list[Callable[[], None]] = []  # told each time this broker is unfenced
         self._stopping = False
+        self._shut_down = False  # the controller let it go (controlled shutdown complete)
+        self._shutdown_tried = False
         # completed (and replaced) each time the controller changes: calls to the old one give up
         self._controller_moved: asyncio.Future[None] | None = None
 
@@ -377,7 +381,30 @@ class ClusterNode:
         return response.producer_id_start, response.producer_id_len
 
     # stop ---------------------------------------------------------------------------------------
-    async def stop(self, clean: bool = True, shutdown_timeout_s: float = 5.0) -> None:
+    async def controlled_shutdown(self, timeout_s: float = CONTROLLED_SHUTDOWN_TIMEOUT_S) -> bool:
+        """Kafka's controlled shutdown, while the broker still serves: heartbeats asking to shut
+        down until the controller says it may (its leaderships moved, every live broker knowing
+        the new leaders), at most `timeout_s`. True when it may; False leaves it to the session
+        timeout (no controller, one unreachable)."""
+        if self._shutdown_tried or self.broker_epoch < 0:
+            return self._shut_down
+        self._shutdown_tried = True
+        await self._stop_lifecycle()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                response = await within(max(deadline - time.monotonic(), 0.01), self._heartbeat(want_shut_down=True))
+                if response.should_shut_down:
+                    self._shut_down = True
+                    log.info("controlled shutdown complete: its leaderships moved", broker_epoch=self.broker_epoch)
+                    return True
+            except (KafkaError, TimeoutError, EtcdUnavailable) as exc:
+                log.info("controlled shutdown: heartbeat failed", error=repr(exc))
+            await asyncio.sleep(CONTROLLED_SHUTDOWN_POLL_S)
+        log.warning("controlled shutdown did not complete; the broker goes anyway", timeout_s=timeout_s)
+        return False
+
+    async def _stop_lifecycle(self) -> None:
         self._stopping = True
         for task in self._tasks:
             task.cancel()
@@ -385,9 +412,11 @@ class ClusterNode:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks = []
-        if clean and self.broker_epoch >= 0:
-            with contextlib.suppress(Exception):  # controlled shutdown: fenced, leaderships moved, then go
-                await within(shutdown_timeout_s, self._heartbeat(want_shut_down=True))
+
+    async def stop(self, clean: bool = True, shutdown_timeout_s: float = CONTROLLED_SHUTDOWN_TIMEOUT_S) -> None:
+        await self._stop_lifecycle()
+        if clean:
+            await self.controlled_shutdown(shutdown_timeout_s)
         for pending in (self._becoming, self._resigning):
             if pending is not None:
                 pending.cancel()

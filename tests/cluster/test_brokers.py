@@ -142,14 +142,32 @@ def test_a_broker_without_heartbeats_is_fenced_and_its_partitions_move_or_lose_t
     assert (t.assignments[0].leader, t.assignments[0].leader_epoch) == (1, 2)
 
 
-def test_a_controlled_shutdown_fences_the_broker_and_lets_it_go() -> None:
+def test_a_controlled_shutdown_goes_in_two_steps() -> None:
+    """Kafka's controlled shutdown: the first WantShutDown heartbeat moves the broker's leaderships
+    (it stays unfenced, serving as a follower); it may go, and is fenced, once every live broker
+    has replayed those changes."""
+    c = Cluster()
+    for node in (1, 2):
+        c.register(registration(node))
+        c.heartbeat(beat(c.image, node))
+    c.topic("t", [[1, 2]])
+    c.heartbeat(beat(c.image, 2))
+    first = c.heartbeat(beat(c.image, 1, want_shut_down=True))
+    assert (first.is_fenced, first.should_shut_down) == (False, False)
+    assert c.image.brokers[1].in_controlled_shutdown and not c.image.brokers[1].fenced
+    assert c.image.topics["t"].assignments[0].leader == -1  # it was alone in the ISR (the helper's topics)
+    waiting = c.heartbeat(beat(c.image, 1, want_shut_down=True))  # broker 2 has not replayed them yet
+    assert (waiting.is_fenced, waiting.should_shut_down) == (False, False)
+    c.heartbeat(beat(c.image, 2))  # now it has
+    done = c.heartbeat(beat(c.image, 1, want_shut_down=True))
+    assert (done.is_fenced, done.should_shut_down) == (True, True) and c.image.brokers[1].fenced
+
+
+def test_a_fenced_broker_may_shut_down_at_once() -> None:
     c = Cluster()
     c.register(registration(1))
-    c.heartbeat(beat(c.image, 1))
-    c.topic("t", [[1]])
-    response = c.heartbeat(beat(c.image, 1, want_shut_down=True))
+    response = c.heartbeat(beat(c.image, 1, offset=0, want_shut_down=True))
     assert (response.is_fenced, response.should_shut_down) == (True, True)
-    assert c.image.brokers[1].in_controlled_shutdown and c.image.topics["t"].assignments[0].leader == -1
 
 
 def test_registrations_survive_a_snapshot() -> None:

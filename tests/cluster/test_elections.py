@@ -176,7 +176,10 @@ def test_a_controlled_shutdown_moves_leadership_and_leaves_the_isr() -> None:
     c = Cluster()
     c.topic("t", [[1, 2, 3]])
     response = c.beat(1, shut_down=True)
-    assert response.should_shut_down and c.state("t") == (2, [2, 3], [])
+    assert not response.should_shut_down and c.state("t") == (2, [2, 3], [])
+    for node in (2, 3):
+        c.beat(node)  # they replay it
+    assert c.beat(1, shut_down=True).should_shut_down
 
 
 def test_alter_partition_changes_the_isr_and_the_partition_epoch_only() -> None:

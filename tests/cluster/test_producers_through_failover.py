@@ -140,3 +140,33 @@ def test_acks_all_through_a_leader_killed(cluster: ProcessCluster, client: Calla
     wait_leaders(cluster, TOPIC, lambda ls: ls.get(0, -1) not in (-1, victim), nodes=alive)
     got = read_to_end(cluster, TOPIC, 1, len(set(acks.values)), timeout=60)
     assert set(values) <= set(got)
+
+
+def test_acks_all_through_a_leader_stopped_cleanly(cluster: ProcessCluster) -> None:
+    """A clean stop (SIGTERM) of the leader is Kafka's controlled shutdown: the controller moves
+    its leadership to another in-sync replica and lets it go only once every live broker knows the
+    new leader, while it still serves (a send it gets meanwhile is refused with the new leader's
+    address, KIP-951). Nothing waits for a session to expire: every send is acknowledged, once."""
+    values = [b"v%04d" % i for i in range(300)]
+    acks = Acks()
+
+    def pace() -> None:
+        time.sleep(0.01)
+
+    worker = threading.Thread(target=confluent, args=(cluster.bootstrap, values, acks, pace), daemon=True)
+    worker.start()
+    deadline = time.monotonic() + 30
+    while len(acks.values) < 50 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(acks.values) >= 50, acks.errors[:5]
+    victim = leaders(cluster.node(1).port, TOPIC)[0]
+    output = cluster.node(victim).stop_cleanly()
+    assert "controlled shutdown complete" in output, output[-3000:]
+    worker.join(60)
+    assert not worker.is_alive(), "the producer did not finish"
+    print("controlled shutdown: %d acknowledged, longest gap %.2f s" % (len(acks.values), acks.longest_gap()))
+    assert sorted(acks.values) == values
+    alive = [n for n in cluster.nodes if n != victim]
+    wait_leaders(cluster, TOPIC, lambda ls: ls.get(0, -1) not in (-1, victim), nodes=alive)
+    got = read_to_end(cluster, TOPIC, 1, len(values), timeout=60)
+    assert set(values) <= set(got)
