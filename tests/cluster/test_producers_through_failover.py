@@ -111,12 +111,9 @@ def aiokafka(bootstrap: str, values: list[bytes], acks: Acks, pace: Callable[[],
     asyncio.run(run())
 
 
-@pytest.mark.parametrize("client", [confluent, kafka_python, aiokafka], ids=["confluent", "kafka-python", "aiokafka"])
-def test_acks_all_through_a_leader_killed(cluster: ProcessCluster, client: Callable[..., None]) -> None:
-    values = [b"v%04d" % i for i in range(400)]
-    acks = Acks()
-    started = time.monotonic()
-
+def producing(cluster: ProcessCluster, client: Callable[..., None], values: list[bytes], acks: Acks
+              ) -> tuple[threading.Thread, int]:
+    """`client` producing `values` in a thread, once 50 are acknowledged; and the partition's leader."""
     def pace() -> None:
         time.sleep(0.01)
 
@@ -126,7 +123,15 @@ def test_acks_all_through_a_leader_killed(cluster: ProcessCluster, client: Calla
     while len(acks.values) < 50 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert len(acks.values) >= 50, acks.errors[:5]
-    victim = leaders(cluster.node(1).port, TOPIC)[0]
+    return worker, leaders(cluster.node(1).port, TOPIC)[0]
+
+
+@pytest.mark.parametrize("client", [confluent, kafka_python, aiokafka], ids=["confluent", "kafka-python", "aiokafka"])
+def test_acks_all_through_a_leader_killed(cluster: ProcessCluster, client: Callable[..., None]) -> None:
+    values = [b"v%04d" % i for i in range(400)]
+    acks = Acks()
+    started = time.monotonic()
+    worker, victim = producing(cluster, client, values, acks)
     cluster.node(victim).kill()
     killed_at = time.monotonic()
     worker.join(120)
@@ -149,17 +154,7 @@ def test_acks_all_through_a_leader_stopped_cleanly(cluster: ProcessCluster) -> N
     address, KIP-951). Nothing waits for a session to expire: every send is acknowledged, once."""
     values = [b"v%04d" % i for i in range(300)]
     acks = Acks()
-
-    def pace() -> None:
-        time.sleep(0.01)
-
-    worker = threading.Thread(target=confluent, args=(cluster.bootstrap, values, acks, pace), daemon=True)
-    worker.start()
-    deadline = time.monotonic() + 30
-    while len(acks.values) < 50 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert len(acks.values) >= 50, acks.errors[:5]
-    victim = leaders(cluster.node(1).port, TOPIC)[0]
+    worker, victim = producing(cluster, confluent, values, acks)
     output = cluster.node(victim).stop_cleanly()
     assert "controlled shutdown complete" in output, output[-3000:]
     worker.join(60)
