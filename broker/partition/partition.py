@@ -272,6 +272,7 @@ class Partition:
         `verification`: the guard of the verification of a transactional batch that opens a
         transaction here (start_verification). acks=all (`required_acks` -1) is refused while
         the ISR is below min.insync.replicas."""
+        self._check_leader()
         self.check_enough_replicas(required_acks)
         try:
             batches = list(iter_batches(records, strict=True))
@@ -349,6 +350,7 @@ class Partition:
     def append_marker(self, producer_id: int, epoch: int, committed: bool, coordinator_epoch: int = 0,
                       transaction_version: int = 0) -> AppendResult:
         """Close the producer's transaction here with a COMMIT or ABORT marker (synchronous)."""
+        self._check_leader()
         self.producers.check_marker(producer_id, epoch, coordinator_epoch, transaction_version)
         kind = ControlRecordType.COMMIT if committed else ControlRecordType.ABORT
         batch = build_control_batch(kind, producer_id, epoch, coordinator_epoch, timestamp=self.log.time())
@@ -425,6 +427,17 @@ class Partition:
             return 1
         configured = dict(self.log.config.extra).get("min.insync.replicas")
         return min(int(configured) if configured is not None else 1, len(self.followers.states) + 1)
+
+    def _check_leader(self) -> None:
+        """Only the leader appends (Kafka's appendRecordsToLeader, leaderLogIfLocal): whatever sent
+        the write (a client, the transaction coordinator's markers, a coordinator's own log) may
+        go by a view of the metadata that this replica has not followed yet, and a follower that
+        appended in its leader's epoch would hold a batch its leader never wrote, at an offset and
+        epoch that truncation cannot tell apart (found by the fault runs: a marker written to a
+        follower)."""
+        if self.role is not Role.LEADER:
+            raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "Leader not local for partition %s-%d" % (
+                self.topic, self.index))
 
     def check_enough_replicas(self, required_acks: int) -> None:
         """Before an acks=all append: NOT_ENOUGH_REPLICAS while the ISR is below
@@ -504,9 +517,7 @@ class Partition:
         follower): this node leads it, the follower is one of its replicas, and its history
         agrees with ours. Returns the diverging epoch (epoch, end offset) the follower must
         truncate to, or None: then read up to the log end and call `update_follower` after."""
-        if self.role is not Role.LEADER:
-            raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "Leader not local for partition %s-%d" % (
-                self.topic, self.index))
+        self._check_leader()
         if self.followers is None or self.followers.get(replica_id) is None:
             # with a leader epoch, the (replica, epoch) pair is not known yet (a reassignment): retry
             code = ErrorCode.UNKNOWN_LEADER_EPOCH if current_leader_epoch >= 0 else ErrorCode.NOT_LEADER_OR_FOLLOWER

@@ -248,3 +248,18 @@ async def test_the_log_manager_keeps_high_watermarks_across_a_restart(tmp_path, 
     assert again.checkpointed_high_watermarks == {("t", 0): 4}
     assert PartitionManager(again).ensure("t", 0, uuid.uuid4())._high_watermark == 4
     again.shutdown()
+
+
+async def test_only_the_leader_appends_records_and_markers(tmp_path, clock):
+    """A follower refuses what only a leader may write (Kafka's appendRecordsToLeader): a client's
+    batch, a transaction marker (the fault runs found a marker appended by a follower, in its
+    leader's epoch, that truncation could not find), a coordinator's records."""
+    p, _ = leader(tmp_path, clock)
+    p.make_follower(2, 4, 6, [1, 2, 3], [1, 2, 3])
+    with pytest.raises(KafkaError) as exc:
+        p.append_records(batch(1))
+    assert exc.value.code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    with pytest.raises(KafkaError) as exc:
+        p.append_marker(1000, 0, committed=False)
+    assert exc.value.code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert p.log.log_end_offset == 0
