@@ -73,6 +73,8 @@ async def handle_find_coordinator(ctx: RequestContext, request: M.FindCoordinato
             await ctx.broker.ensure_offsets_topic()
         elif request.key_type == KEY_TYPE_TRANSACTION:
             await ctx.broker.ensure_transaction_state_topic()
+        elif request.key_type == KEY_TYPE_SHARE and ctx.api_version >= 6:
+            await ctx.broker.ensure_share_state_topic()  # as Kafka: made on the first ask
     except KafkaError:  # as Kafka: the internal topic cannot be created (too few brokers)
         unavailable = True
     listener = listener_of(ctx)

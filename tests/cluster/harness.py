@@ -32,7 +32,7 @@ FAST = {  # the cluster notices a dead node within seconds, not Kafka's 9 s
 
 class ProcessCluster:
     def __init__(self, base: Path, size: int = 3, overrides: dict[str, str] | None = None,
-                 network: Network | None = None) -> None:
+                 network: Network | None = None, node_overrides: dict[int, dict[str, str]] | None = None) -> None:
         self.base = base
         self.network = network
         if network is None:
@@ -44,6 +44,7 @@ class ProcessCluster:
         self.nodes: dict[int, BrokerProcess] = {}
         for node_id in range(1, size + 1):
             self.nodes[node_id] = self._process(node_id, free_port())
+            self.nodes[node_id].overrides.update((node_overrides or {}).get(node_id, {}))
 
     def _process(self, node_id: int, port: int) -> BrokerProcess:
         data = self.base / ("node%d" % node_id) / "data"

@@ -128,9 +128,10 @@ def wait_leaders(cluster: ProcessCluster, topic: str, expect: Callable[[dict[int
 
 
 def start_cluster(base: Path, size: int = 3, overrides: dict[str, str] | None = None,
-                  network: Network | None = None) -> ProcessCluster:
+                  network: Network | None = None, node_overrides: dict[int, dict[str, str]] | None = None
+                  ) -> ProcessCluster:
     """A ProcessCluster whose nodes are all live (registered, unfenced) in every node's Metadata."""
-    cluster = ProcessCluster(base, size, overrides, network)
+    cluster = ProcessCluster(base, size, overrides, network, node_overrides)
     try:
         cluster.start()
         wait_live(cluster)
@@ -143,11 +144,13 @@ def start_cluster(base: Path, size: int = 3, overrides: dict[str, str] | None = 
 
 @contextlib.contextmanager
 def running_cluster(base: Path, overrides: dict[str, str] | None = None,
-                    topic: tuple[str, int, int] | None = None) -> Iterator[ProcessCluster]:
+                    topic: tuple[str, int, int] | None = None,
+                    node_overrides: dict[int, dict[str, str]] | None = None) -> Iterator[ProcessCluster]:
     """A cluster of three on a test etcd (skipped without one) for the block, with `topic` (name,
-    partitions, replication factor) created and led; its nodes' logs printed if the block fails."""
+    partitions, replication factor) created and led; its nodes' logs printed if the block fails.
+    `node_overrides`: more properties of single nodes (node id -> properties)."""
     need_etcd()
-    made = start_cluster(base, overrides=overrides)
+    made = start_cluster(base, overrides=overrides, node_overrides=node_overrides)
     try:
         if topic is not None:
             name, partitions, factor = topic

@@ -637,3 +637,17 @@ def test_a_state_topic_that_cannot_be_made_now_is_a_retriable_coordinator_error(
     request = M.ShareGroupHeartbeatRequest(group_id="no-state-topic-yet", member_id=uuid.uuid4().hex[:22],
                                            member_epoch=0, rack_id=None, subscribed_topic_names=["t"])
     assert client.call(SHARE_HEARTBEAT, 1, request).error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+
+def test_find_coordinator_of_a_share_key_makes_the_share_state_topic(tmp_path: Path) -> None:
+    """As Kafka (KafkaApis.getCoordinator): FindCoordinator of a share-partition key creates
+    `__share_group_state` when it does not exist, as it does `__consumer_offsets` for a group;
+    a share-partition's leader may ask before any member's ShareGroupHeartbeat made it."""
+    from broker.coordinator.share.coordinator import kafka_uuid
+
+    with BrokerThread(tmp_path / "fresh") as fresh, fresh.client() as c:
+        key = "a-group:%s:0" % kafka_uuid(uuid.uuid4())
+        response = c.call(10, 6, M.FindCoordinatorRequest(key_type=2, coordinator_keys=[key]))
+        assert response.coordinators[0].error_code in (E.NONE, E.COORDINATOR_NOT_AVAILABLE)
+        wait_for(lambda: "__share_group_state" in {t.name for t in metadata(c, None).topics}, 10,
+                 what="__share_group_state listed")
