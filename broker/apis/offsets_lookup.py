@@ -17,15 +17,21 @@ EARLIEST_LOCAL = -4
 LATEST_TIERED = -5
 EARLIEST_PENDING_UPLOAD = -6
 
+DEBUGGING_REPLICA_ID = -2  # Kafka's: a ListOffsets or OffsetForLeaderEpoch any replica answers
 L = M.ListOffsetsResponse
 
 
-def _leader_partition(broker: BrokerServices, topic: str, index: int, current_leader_epoch: int = -1
-                      ) -> tuple[Partition | None, int]:
-    """The partition a per-partition request addresses, or the error code to answer instead."""
+def _leader_partition(broker: BrokerServices, topic: str, index: int, current_leader_epoch: int = -1,
+                      replica_id: int = -1) -> tuple[Partition | None, int]:
+    """The partition a per-partition request addresses, or the error code to answer instead. Only
+    its leader answers (Kafka's fetchOnlyFromLeader), unless the debugging replica id asks: a
+    replica that follows (or, just restarted, does not lead yet) knows only a high watermark that
+    may lag what was acknowledged."""
     partition = broker.partitions.get(topic, index)
     if partition is None:
         return None, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    if not partition.is_leader and replica_id != DEBUGGING_REPLICA_ID:
+        return None, int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
     error = _check_leader_epoch(partition, current_leader_epoch)
     return (None, int(error)) if error is not None else (partition, 0)
 
@@ -63,7 +69,8 @@ async def handle_list_offsets(ctx: RequestContext, request: M.ListOffsetsRequest
             if denied:
                 entry.error_code = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                 continue
-            partition, entry.error_code = _leader_partition(broker, t.name, p.partition_index, p.current_leader_epoch)
+            partition, entry.error_code = _leader_partition(broker, t.name, p.partition_index, p.current_leader_epoch,
+                                                            request.replica_id)
             if partition is None:
                 continue
             if p.timestamp == MAX_TIMESTAMP and ctx.api_version < 7 or p.timestamp < EARLIEST_PENDING_UPLOAD:
@@ -93,7 +100,8 @@ async def handle_offset_for_leader_epoch(ctx: RequestContext, request: M.OffsetF
             if denied:
                 entry.error_code = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                 continue
-            partition, entry.error_code = _leader_partition(broker, t.topic, p.partition, p.current_leader_epoch)
+            partition, entry.error_code = _leader_partition(broker, t.topic, p.partition, p.current_leader_epoch,
+                                                            request.replica_id if ctx.api_version >= 3 else -1)
             if partition is None:
                 continue
             entry.leader_epoch, entry.end_offset = partition.log.end_offset_for_epoch(p.leader_epoch)

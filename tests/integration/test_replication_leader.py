@@ -188,3 +188,27 @@ def test_a_diverging_follower_is_told_its_truncation_point(broker_thread: Broker
     assert bytes(entry.records) == b""
     entry = follower_fetch(client, "d", 2, 2, last_fetched_epoch=3, leader_epoch=5)
     assert entry.diverging_epoch.epoch == -1 and [r.value for r in records_of(entry.records)] == [b"c"]
+
+
+def test_only_the_leader_answers_list_offsets_and_takes_writes(broker_thread: BrokerThread, client: RawClient) -> None:
+    """A replica that does not lead (a follower, or a node just restarted that does not lead yet)
+    refuses ListOffsets, as Kafka's fetchOnlyFromLeader, but for the debugging replica id (-2): its
+    high watermark may lag what was acknowledged (bench/cluster.py's failover read a restarted
+    node's end below the records acknowledged before the kill). It takes no write either."""
+    make_topic(broker_thread, "f")
+    lead(broker_thread, "f", [1, 2, 3], [1, 2, 3])
+    assert produce(client, "f", 0, batch([b"a"]), acks=1).error_code == 0
+
+    async def follow() -> None:
+        broker_thread.broker.partitions.get("f", 0).make_follower(2, 1, 2, [1, 2, 3], [1, 2, 3])
+    broker_thread.call(follow())
+    R = M.ListOffsetsRequest
+
+    def list_latest(replica_id: int) -> Any:
+        request = R(replica_id=replica_id, isolation_level=0, topics=[R.ListOffsetsTopic(name="f", partitions=[
+            R.ListOffsetsPartition(partition_index=0, current_leader_epoch=-1, timestamp=-1)])])
+        return client.call(LIST_OFFSETS, 7, request).topics[0].partitions[0]
+
+    assert list_latest(-1).error_code == E.NOT_LEADER_OR_FOLLOWER
+    assert list_latest(-2).error_code == E.NONE
+    assert produce(client, "f", 0, batch([b"b"]), acks=1).error_code == E.NOT_LEADER_OR_FOLLOWER
