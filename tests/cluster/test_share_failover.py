@@ -49,6 +49,7 @@ from tests.cluster.nodes import (
     wait_leaders,
     wait_live,
 )
+from tests.compat.share_child import FAST_SHARE_GROUPS
 from tests.harness import wait_for
 
 pytestmark = pytest.mark.timeout(120)
@@ -61,11 +62,7 @@ OVERRIDES = {
     "offsets.topic.num.partitions": "6",
     "share.coordinator.state.topic.replication.factor": "3",
     "share.coordinator.state.topic.num.partitions": "6",
-    "group.share.heartbeat.interval.ms": "500",
-    "group.share.min.heartbeat.interval.ms": "500",
-    "group.share.session.timeout.ms": "4000",
-    "group.share.min.session.timeout.ms": "1000",
-    "group.share.min.record.lock.duration.ms": "1000",
+    **FAST_SHARE_GROUPS,
 }
 
 

@@ -17,6 +17,15 @@ from typing import Any
 
 from tests.harness import ROOT
 
+# a share group's heartbeats, sessions and record locks in seconds, not Kafka's tens of seconds
+FAST_SHARE_GROUPS = {
+    "group.share.heartbeat.interval.ms": "500",
+    "group.share.min.heartbeat.interval.ms": "500",
+    "group.share.session.timeout.ms": "4000",
+    "group.share.min.session.timeout.ms": "1000",
+    "group.share.min.record.lock.duration.ms": "1000",
+}
+
 
 def main(spec: dict[str, Any]) -> None:
     from confluent_kafka import AcknowledgeType, ShareConsumer

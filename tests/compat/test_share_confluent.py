@@ -23,16 +23,10 @@ from kafka.admin import ConfigResource, ConfigResourceType
 
 from protocol import messages as M
 from tests.compat.conftest import create_topic
-from tests.compat.share_child import ShareChild
+from tests.compat.share_child import FAST_SHARE_GROUPS, ShareChild
 from tests.harness import BrokerProcess, RawClient, free_port, wait_for
 
-BROKER_OVERRIDES = {
-    "group.share.heartbeat.interval.ms": "500",
-    "group.share.min.heartbeat.interval.ms": "500",
-    "group.share.session.timeout.ms": "4000",
-    "group.share.min.session.timeout.ms": "1000",
-    "group.share.min.record.lock.duration.ms": "1000",
-}
+BROKER_OVERRIDES = dict(FAST_SHARE_GROUPS)
 
 
 @pytest.fixture
