@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import itertools
 import os
 import shutil
@@ -38,8 +39,17 @@ def _setns(fd: int) -> None:
         raise OSError(errno, "setns: %s" % os.strerror(errno))
 
 
+@functools.cache
 def available() -> bool:
-    return os.geteuid() == 0 and shutil.which("ip") is not None and shutil.which("iptables") is not None
+    """Root, `ip` and `iptables`, and a network namespace can be made here (a container may
+    forbid it even to root)."""
+    if os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("iptables") is None:
+        return False
+    probe = "c%dprobe" % (os.getpid() % 100000)
+    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, timeout=10).returncode == 0
+    if made:
+        subprocess.run(["ip", "netns", "del", probe], capture_output=True, timeout=10)
+    return made
 
 
 def _run(*args: str) -> None:
