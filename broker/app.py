@@ -52,9 +52,10 @@ if TYPE_CHECKING:
     from broker.network.http import HttpEndpoint
     from broker.observability.telemetry import ClientTelemetry
     from broker.security.authorizer import Authorizer
-    from broker.share.manager import ShareGroupSettings, SharePartitionManager
+    from broker.share.manager import SharePartitionManager
     from broker.share.metrics import ShareMetricsCollector
     from broker.share.persister import ShareStateRouter
+    from broker.share.ports import ShareGroupSettings
     from broker.testing.faults import Faults
     from broker.testing.simulated import SimulatedCluster
 

@@ -31,7 +31,8 @@ from broker.security.acl import AUTHORIZATION_MESSAGES
 from broker.security.authz import Op, Res, authorize, filter_authorized
 from broker.security.quotas import Entity, throttle
 from broker.share.engine import AckBatch, AckType
-from broker.share.manager import PartitionResult, SharePartitionManager
+from broker.share.manager import SharePartitionManager
+from broker.share.ports import PartitionResult
 from broker.share.session import FINAL_EPOCH, INITIAL_EPOCH, TopicIdPartition
 from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError

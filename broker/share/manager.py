@@ -49,17 +49,13 @@ import asyncio
 import time
 import uuid
 from collections.abc import Callable, Coroutine, Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from broker.coordinator.group.group_config import parse_auto_offset_reset
 from broker.coordinator.share.records import ShareKey
 from broker.coordinator.share.shard import WriteState
-from broker.coordinator.share.state import ShareGroupOffset
 from broker.coordinator.timer import Cancellable, Clock
-from broker.log import TimestampAndOffset
 from broker.log.segment import FileSlice
-from broker.log.txn_index import AbortedTxn
 from broker.observability.logger import get_logger
 from broker.share.dlq import DeadLetter, DeadLetterWriter
 from broker.share.engine import (
@@ -68,89 +64,26 @@ from broker.share.engine import (
     DeadLetterCause,
     FetchedBatch,
     SharePartition,
-    ShareSettings,
     Transition,
 )
 from broker.share.fetch_strategy import rotate_round_robin, uniform_partition_max_bytes
+from broker.share.ports import (
+    READ_COMMITTED,
+    LeaderPersister,
+    PartitionLike,
+    PartitionResult,
+    Persister,
+    ShareGroupSettings,
+    ShareMetrics,
+)
 from broker.share.session import INITIAL_EPOCH, ShareSession, ShareSessionCache, TopicIdPartition
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import BatchHeader, iter_batches
 
 log = get_logger("broker.share")
 
-READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 EXPIRY_RETRY_MS = 1000  # a lock expiry whose write failed is tried again this much later
 READ_WINDOW = 1 << 20  # bytes of log a share fetch reads first for one partition
-
-
-class Persister(Protocol):
-    async def read_state(self, key: ShareKey) -> ShareGroupOffset | None: ...
-
-    async def write_state(self, write: WriteState) -> None: ...
-
-
-@runtime_checkable
-class LeaderPersister(Protocol):
-    """A persister that reads as Kafka's SharePartition does, naming its leader epoch (recorded
-    when newer, fenced when older): broker/share/persister.py's."""
-
-    async def read_state_as_leader(self, key: ShareKey, leader_epoch: int) -> ShareGroupOffset | None: ...
-
-
-class LogRead(Protocol):
-    """What a partition's read gives (broker.log.FetchDataInfo): whole log batches."""
-
-    @property
-    def records(self) -> FileSlice | bytes: ...
-
-
-class PartitionLike(Protocol):
-    """What the manager needs of a broker Partition (broker.partition.Partition)."""
-
-    deleted: bool
-
-    @property
-    def leader_epoch(self) -> int: ...
-
-    @property
-    def is_leader(self) -> bool: ...
-
-    @property
-    def high_watermark(self) -> int: ...
-
-    @property
-    def log_start_offset(self) -> int: ...
-
-    def fetch_bound(self, isolation_level: int) -> int: ...
-
-    def aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]: ...
-
-    def read(self, offset: int, max_bytes: int, isolation_level: int, min_one_message: bool = True) -> LogRead: ...
-
-    def offset_for_timestamp(self, timestamp: int) -> TimestampAndOffset | None: ...
-
-    def add_waiter(self, waiter: asyncio.Future[None]) -> None: ...
-
-    def remove_waiter(self, waiter: asyncio.Future[None]) -> None: ...
-
-
-@dataclass
-class ShareGroupSettings:
-    """A share group's settings (group configs over the broker's)."""
-
-    engine: ShareSettings = field(default_factory=ShareSettings)
-    auto_offset_reset: str = "latest"  # share.auto.offset.reset
-    isolation_level: int = READ_UNCOMMITTED  # share.isolation.level
-
-
-@dataclass
-class PartitionResult:
-    """A partition's part of a ShareFetch response."""
-
-    error: ErrorCode = ErrorCode.NONE
-    message: str | None = None
-    records: FileSlice | bytes = b""  # whole log batches: a FileSlice is sent as a Fetch sends it
-    acquired: list[AcquiredRecords] = field(default_factory=list)
 
 
 class _Entry:
@@ -173,21 +106,6 @@ class _Entry:
         self.waiters: set[asyncio.Future[None]] = set()
         self.dlq_causes: list[tuple[int, int, DeadLetterCause]] = []  # why records are in ARCHIVING
         self.dlq_running = False
-
-
-@dataclass
-class ShareMetrics:
-    """Counts of what the engines did (broker/observability/metrics.py reads them)."""
-
-    acquired: int = 0  # records handed out
-    redelivered: int = 0  # ... of which not for the first time
-    acknowledged: int = 0
-    released: int = 0
-    rejected: int = 0
-    lock_expired: int = 0  # records whose acquisition lock ran out
-    archived: int = 0  # records that ran out of deliveries or were rejected (incl. those sent to a DLQ)
-    dead_lettered: int = 0  # records written to a dead-letter topic
-    dead_letter_failed: int = 0  # records archived without reaching their dead-letter topic
 
 
 class SharePartitionManager:

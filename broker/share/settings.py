@@ -9,7 +9,7 @@ from typing import Any
 from broker.coordinator.group.group_config import GroupSettings
 from broker.share.dlq import DlqSettings
 from broker.share.engine import ShareSettings
-from broker.share.manager import ShareGroupSettings
+from broker.share.ports import ShareGroupSettings
 
 
 def share_group_settings(s: GroupSettings) -> ShareGroupSettings:

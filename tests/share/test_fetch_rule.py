@@ -18,7 +18,8 @@ from broker.coordinator.share.state import ShareGroupOffset
 from broker.coordinator.timer import ManualClock
 from broker.share.engine import ShareSettings
 from broker.share.fetch_strategy import rotate_round_robin, uniform_partition_max_bytes
-from broker.share.manager import PartitionResult, ShareGroupSettings, SharePartitionManager
+from broker.share.manager import SharePartitionManager
+from broker.share.ports import PartitionResult, ShareGroupSettings
 from protocol.records import build_batch
 from tests.share.fakes import VALUE, LogPartition
 

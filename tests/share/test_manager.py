@@ -20,7 +20,8 @@ from broker.log.segment import FileSlice
 from broker.share.dlq import DeadLetter, DeadLetterWriter
 from broker.share.engine import ShareSettings
 from broker.share.inflight import RecordState
-from broker.share.manager import READ_WINDOW, ShareGroupSettings, SharePartitionManager
+from broker.share.manager import READ_WINDOW, SharePartitionManager
+from broker.share.ports import ShareGroupSettings
 from protocol.records import iter_batches
 from tests.share.fakes import LogPartition, Read
 
