@@ -592,9 +592,11 @@ class Partition:
 
     def _alter_partition_done(self, proposed: IsrState, future: asyncio.Future[LeaderAndIsr]) -> None:
         """The controller's answer to an ISR change, as Kafka's Partition handles it."""
-        if self.isr_state is not proposed or future.cancelled():
+        if future.cancelled():
+            return
+        error = future.exception()  # retrieved even when out of date (else asyncio logs it as lost)
+        if self.isr_state is not proposed:
             return  # the metadata changed the partition meanwhile: this answer is out of date
-        error = future.exception()
         if error is None:
             answer = future.result()
             if answer.leader_epoch != self.leader_epoch or answer.partition_epoch < self.partition_epoch:

@@ -263,3 +263,28 @@ async def test_only_the_leader_appends_records_and_markers(tmp_path, clock):
         p.append_marker(1000, 0, committed=False)
     assert exc.value.code == ErrorCode.NOT_LEADER_OR_FOLLOWER
     assert p.log.log_end_offset == 0
+
+
+async def test_a_failed_change_answered_after_the_partition_moved_on_is_not_left_unretrieved(tmp_path, clock):
+    """An ISR change whose answer (here a refusal) comes after the metadata changed the partition
+    is out of date and ignored, but its error is still taken (the fault runs' brokers logged
+    hundreds of "Future exception was never retrieved" for them)."""
+    import gc
+
+    lost: list[object] = []
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(lambda _loop, context: lost.append(context.get("message")))
+    try:
+        p, manager = leader(tmp_path, clock)
+        clock.advance(31_000)
+        p.maybe_shrink_isr()
+        (_, _, _, future), = manager.sent
+        p.make_follower(2, 4, 6, [1, 2, 3], [2, 3])  # the partition moved on
+        future.set_exception(KafkaError(ErrorCode.OPERATION_NOT_ATTEMPTED, ""))
+        await asyncio.sleep(0)
+        manager.sent.clear()
+        del future
+        gc.collect()
+        assert lost == []
+    finally:
+        loop.set_exception_handler(None)
