@@ -714,6 +714,12 @@ class Log:
         """Remove every batch at or after `offset` (a batch containing it goes entirely)."""
         with self._lock:
             if offset >= self.log_end_offset:
+                # Nothing to remove, but the epoch cache may end with an epoch this replica began
+                # as leader at its log end without appending to it, which the leader's history
+                # does not have: as Kafka's truncateTo, it goes (a follower told to truncate to
+                # its own end fetched with that epoch, was told to truncate again, forever).
+                if self.epoch_cache.truncate_from_end(self.log_end_offset):
+                    self.epoch_cache.write()
                 return
             if offset <= self._segments[0].base_offset:
                 self._truncate_fully(max(offset, 0))

@@ -759,6 +759,7 @@ class Partition:
         latest snapshot below the new end and the batches after it."""
         log = self.log
         if offset >= log.log_end_offset:
+            log.truncate_to(offset)  # only the epoch cache's entries at the log end, if any
             return
         log.truncate_to(offset)
         self._after_truncation()

@@ -288,3 +288,18 @@ async def test_a_failed_change_answered_after_the_partition_moved_on_is_not_left
         assert lost == []
     finally:
         loop.set_exception_handler(None)
+
+
+async def test_truncating_to_the_log_end_drops_an_epoch_begun_there(tmp_path, clock):
+    """A replica that led in an epoch without appending anything keeps that epoch at its log end;
+    as a follower, told that its history diverges at its own end, it must drop that epoch (as
+    Kafka's truncateTo does even when there is nothing to remove), else it fetches with it again
+    and is told the same again, forever (found by the fault runs: a follower that never caught up,
+    a high watermark that never moved, a transaction that never completed)."""
+    p, _ = leader(tmp_path, clock)
+    await p.append(batch(3))
+    p.make_leader(9, 7, [1, 2, 3], [1, 2, 3])  # a new epoch begins at the log end, nothing appended
+    assert p.log.epoch_cache.latest_epoch == 9
+    p.make_follower(2, 10, 8, [1, 2, 3], [2, 3])
+    p.truncate_to(p.log.log_end_offset)  # the leader: your epoch 3 ends at 3
+    assert p.log.epoch_cache.latest_epoch == 3 and p.log.log_end_offset == 3
