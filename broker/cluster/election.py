@@ -123,17 +123,7 @@ class Session:
                 await self._keep_alive(self.lease)
                 self.lost.set()
                 log.warning("etcd lease lost", lease="%x" % self.lease)
-                old = self.lease
-                while True:
-                    try:
-                        await self._grant()
-                        break
-                    except EtcdUnavailable:
-                        await asyncio.sleep(RETRY_DELAY_S)
-                with contextlib.suppress(EtcdUnavailable, LeaseNotFound):
-                    await self.etcd.revoke_lease(old)  # whatever still hangs on it goes now
-                for hook in self.on_renew:
-                    await hook(self.lease)
+                await self._renew()
         except asyncio.CancelledError:
             raise
         except BaseException as e:  # a hook refused (e.g. the node id was taken): the node must stop
@@ -142,6 +132,27 @@ class Session:
             log.error("etcd session ended", error=str(e))
         finally:
             self.ended.set()
+
+    async def _renew(self) -> None:
+        """A new lease and the renewal hooks run with it. etcd away or the new lease gone before
+        the hooks are done (it expired while the node was cut off: its grant went through, the
+        answer came late) is tried again; a hook's refusal (the node id taken) ends the session."""
+        while True:
+            old = self.lease
+            try:
+                await self._grant()
+            except EtcdUnavailable:
+                await asyncio.sleep(RETRY_DELAY_S)
+                continue
+            with contextlib.suppress(EtcdUnavailable, LeaseNotFound):
+                await self.etcd.revoke_lease(old)  # whatever still hangs on it goes now
+            try:
+                for hook in self.on_renew:
+                    await hook(self.lease)
+                return
+            except (EtcdUnavailable, LeaseNotFound) as e:
+                log.warning("etcd session renewal interrupted; renewing again", error=str(e))
+                await asyncio.sleep(RETRY_DELAY_S)
 
     async def _keep_alive(self, lease: int) -> None:
         """Returns when the lease is lost: etcd says so, or no keep-alive got through for the TTL."""

@@ -192,3 +192,33 @@ async def test_node_id_conflict_on_a_real_etcd(etcd: HttpEtcd) -> None:
     b = await etcd.grant_lease(2)
     with pytest.raises(NodeIdInUse, match="node.id 1 is already in use"):
         await claim_node_id(etcd, KEYS, 1, "dir-b", b, ttl_seconds=2)
+
+
+async def test_a_renewal_interrupted_by_a_lost_lease_is_tried_again() -> None:
+    """The lease lost, a new one granted, and that one gone too before the renewal hooks are done
+    (it expired while the node was cut off from etcd: the grant went through, its answer came
+    late): the session renews once more rather than end (it ended, and the node never took part
+    in the cluster again: the fault runs, seed 17)."""
+    from broker.cluster.etcd import LeaseNotFound
+
+    etcd = FakeEtcd(min_lease_ttl=1)
+    session = Session(etcd, 1000)
+    await session.start()
+    calls: list[int] = []
+
+    async def claim(lease: int) -> None:
+        calls.append(lease)
+        if len(calls) == 1:
+            raise LeaseNotFound("etcdserver: requested lease not found")
+
+    session.on_renew.append(claim)
+    first = session.lease
+    try:
+        await etcd.revoke_lease(first)
+        async with asyncio.timeout(10):
+            while len(calls) < 2:
+                await asyncio.sleep(0.01)
+        assert not session.ended.is_set() and session.failure is None
+        assert calls[1] == session.lease and len(set(calls)) == 2 and first not in calls
+    finally:
+        await session.close()
