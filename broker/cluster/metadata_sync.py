@@ -251,10 +251,7 @@ class MetadataLoader:
             self._notify(replayed)
 
     def _notify(self, records: list[Any] | None) -> None:
-        try:
-            self.store.replayed(records)
-        except Exception:
-            log.exception("a metadata listener failed")
+        notify_listeners(self.store, records)
 
     async def _advanced(self) -> None:
         async with self._position_changed:
@@ -263,6 +260,15 @@ class MetadataLoader:
             self._since_snapshot = 0
             image = self.store.image
             await asyncio.to_thread(self.local.save, Snapshot(image.records, 0, image_records(image)))
+
+
+def notify_listeners(store: MetadataStore, records: list[Any] | None) -> None:
+    """The store's listeners hear of replayed records (None: a replaced image); one that fails is
+    logged, not let through to whoever replayed them."""
+    try:
+        store.replayed(records)
+    except Exception:
+        log.exception("a metadata listener failed")
 
 
 def _replay_into(image: MetadataImage, batch: Batch) -> list[Any]:
@@ -326,10 +332,7 @@ class ClusterMetadataStore(MetadataStore):
             for r in records[max(committed.records - base, 0):]:  # the loader may have brought some
                 committed.replay(r)
         if self.listeners:
-            try:
-                self.replayed(records)
-            except Exception:
-                log.exception("a metadata listener failed")
+            notify_listeners(self, records)
 
     def catch_up_committed(self, batch: Batch) -> None:
         """The committed image follows the log as the image does (a change of this node's that
