@@ -244,6 +244,9 @@ _PROPS: list[Prop] = [
     Prop("broker.session.timeout.ms", "int", 9000,
          "A broker whose heartbeats to the controller stop for this long is fenced."),
     Prop("broker.heartbeat.interval.ms", "int", 2000, "How often a broker heartbeats to the controller."),
+    Prop("initial.broker.registration.timeout.ms", "int", 60000,
+         "How long a starting node waits for etcd to answer and for the cluster's first controller before it "
+         "declares failure and exits."),
     Prop("auto.leader.rebalance.enable", "boolean", True,
          "The controller moves leaderships back to each partition's preferred replica (its first) when it "
          "is in sync, every leader.imbalance.check.interval.seconds."),

@@ -84,6 +84,11 @@ class BrokerProcess:
         return "%s:%d" % (self.host, self.port)
 
     def start(self, timeout: float = 20.0) -> BrokerProcess:
+        self.launch()
+        return self.wait_listening(timeout)
+
+    def launch(self) -> BrokerProcess:
+        """The process started, without waiting for it to listen."""
         args = [*self.prefix, sys.executable, "-m", "broker"]
         for k, v in self.overrides.items():
             args += ["--override", "%s=%s" % (k, v)]
@@ -91,6 +96,10 @@ class BrokerProcess:
         env = dict(os.environ, PYTHONPATH=str(self.root))
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(args, cwd=str(self.root), env=env, stdout=self._log, stderr=subprocess.STDOUT)
+        return self
+
+    def wait_listening(self, timeout: float = 20.0) -> BrokerProcess:
+        assert self.proc is not None
         wait_for(lambda: port_open(self.port) or self.proc.poll() is not None, timeout, what="broker to listen")
         if self.proc.poll() is not None:
             raise RuntimeError("broker exited early:\n" + self.log_path.read_text()[-4000:])

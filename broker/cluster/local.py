@@ -159,7 +159,7 @@ class ClusterMode(LocalBroker):
         """Join: the node id claimed (by this log directory), the image caught up with etcd, the
         node a controller candidate, the cluster's features finalized (by its first controller)."""
         await self.node.start(store, directory_id)
-        await self.node.wait_for_bootstrap()
+        await self.node.wait_for_bootstrap(self.node.settings.initial_registration_timeout_ms / 1000)
         self.producer_ids = store.producer_ids = ProducerIdBlocks(self.node.allocate_producer_ids)
 
     def _unfenced(self) -> None:

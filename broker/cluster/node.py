@@ -2,7 +2,8 @@
 candidacy and its life as a registered broker.
 
 Start-up, in order (`connect`, then `start`, then `start_lifecycle` once the listeners are bound):
-etcd must answer (else the node does not start); the cluster id is the one in etcd, made by the
+etcd must answer within `initial.broker.registration.timeout.ms` (the node waits for it, as a
+Kafka broker waits for its controller quorum; then it gives up and does not start); the cluster id is the one in etcd, made by the
 first node (`cluster.id` or meta.properties pin it; a node of another cluster refuses to start);
 the node takes a lease and claims its node.id (a second process with the same id refuses to
 start); its image is its last local snapshot caught up with the log in etcd; it becomes a
@@ -57,6 +58,7 @@ BROKER_REGISTRATION, BROKER_HEARTBEAT, ALLOCATE_PRODUCER_IDS = 62, 63, 67
 REGISTRATION_VERSION, HEARTBEAT_VERSION = 4, 1
 FENCED_HEARTBEAT_MS = 100  # how often a fenced broker heartbeats until it is unfenced
 CONTROLLED_SHUTDOWN_TIMEOUT_S = 5.0  # how long a stopping broker waits for its leaderships to move
+ETCD_START_RETRY_S = 0.5  # between a starting node's attempts to reach etcd
 CONTROLLED_SHUTDOWN_POLL_S = 0.05  # between its heartbeats asking to shut down
 
 
@@ -76,6 +78,7 @@ class ClusterSettings:
     unclean_leader_election: bool = False  # unclean.leader.election.enable
     auto_leader_rebalance: bool = True  # auto.leader.rebalance.enable
     leader_imbalance_check_interval_ms: int = 300_000  # leader.imbalance.check.interval.seconds
+    initial_registration_timeout_ms: int = 60_000  # initial.broker.registration.timeout.ms
 
     @classmethod
     def from_config(cls, config: Any, inter_broker_listener: str) -> ClusterSettings:
@@ -88,7 +91,8 @@ class ClusterSettings:
                    int(config["metadata.log.max.record.bytes.between.snapshots"]),
                    config.static_min_insync_replicas, inter_broker_security(config, inter_broker_listener),
                    bool(config["unclean.leader.election.enable"]), bool(config["auto.leader.rebalance.enable"]),
-                   int(config["leader.imbalance.check.interval.seconds"]) * 1000)
+                   int(config["leader.imbalance.check.interval.seconds"]) * 1000,
+                   int(config["initial.broker.registration.timeout.ms"]))
 
 
 class ClusterNode:
@@ -127,16 +131,28 @@ class ClusterNode:
 
     # start -------------------------------------------------------------------------------------
     async def connect(self, wanted_cluster_id: str | None) -> str:
-        """Reach etcd and learn the cluster id (ClusterStartError when the node cannot join)."""
-        try:
-            await self.etcd.check()
-            self.cluster_id = await resolve_cluster_id(self.etcd, self.settings.root, wanted_cluster_id)
-        except EtcdUnavailable as exc:
-            await self.etcd.close()
-            raise ClusterStartError("etcd is unreachable (%s): %s" % (", ".join(self.settings.endpoints), exc)) from None
-        except ClusterIdMismatch as exc:
-            await self.etcd.close()
-            raise ClusterStartError(str(exc)) from None
+        """Reach etcd and learn the cluster id (ClusterStartError when the node cannot join). etcd
+        not answering yet (started beside the node, as compose files do) is waited for."""
+        deadline = self.clock_ms() + self.settings.initial_registration_timeout_ms
+        waiting = False
+        while True:
+            try:
+                await self.etcd.check()
+                self.cluster_id = await resolve_cluster_id(self.etcd, self.settings.root, wanted_cluster_id)
+                break
+            except EtcdUnavailable as exc:
+                if self.clock_ms() >= deadline:
+                    await self.etcd.close()
+                    raise ClusterStartError("etcd is unreachable (%s): %s" % (
+                        ", ".join(self.settings.endpoints), exc)) from None
+                if not waiting:
+                    waiting = True
+                    log.warning("waiting for etcd", endpoints=self.settings.endpoints, error=str(exc),
+                                timeout_ms=self.settings.initial_registration_timeout_ms)
+                await asyncio.sleep(ETCD_START_RETRY_S)
+            except ClusterIdMismatch as exc:
+                await self.etcd.close()
+                raise ClusterStartError(str(exc)) from None
         self.keys = ClusterKeys(self.cluster_id, self.settings.root)
         return self.cluster_id
 

@@ -18,18 +18,22 @@ def main() -> int:
     admin = AdminClient({"bootstrap.servers": BOOTSTRAP})
     replication = int(os.environ.get("REPLICATION_FACTOR", "1"))
     deadline = time.monotonic() + 120
-    while True:  # a cluster's brokers may still be registering (too few for the replication factor)
+    while True:  # a cluster may still be starting: too few brokers registered, no controller yet
         try:
             admin.create_topics([NewTopic(TOPIC, 3, replication)])[TOPIC].result(30)
             break
+        except TimeoutError:
+            print("topic: no answer within 30 s", flush=True)
+            retry = True
         except KafkaException as exc:
             error = exc.args[0]
             if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:  # a restarted client
                 break
             print("topic:", error, flush=True)
-            if error.code() != KafkaError.INVALID_REPLICATION_FACTOR or time.monotonic() > deadline:
-                break
-            time.sleep(1)
+            retry = error.retriable() or error.code() == KafkaError.INVALID_REPLICATION_FACTOR
+        if not retry or time.monotonic() > deadline:
+            break
+        time.sleep(1)
     producer = Producer({"bootstrap.servers": BOOTSTRAP})
     consumer = Consumer({"bootstrap.servers": BOOTSTRAP, "group.id": "demo", "auto.offset.reset": "earliest"})
     consumer.subscribe([TOPIC])

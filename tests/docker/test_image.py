@@ -11,6 +11,7 @@ import json
 import time
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,19 @@ def round_trip(bootstrap: str, topic: str) -> bytes:
         raise AssertionError("nothing consumed from %s" % topic)
     finally:
         consumer.close()
+
+
+@contextmanager
+def logs_on_failure(podman: Podman, project: str, services: list[str]) -> Iterator[None]:
+    """A timeout inside says what the containers printed last (CI keeps only the test's report)."""
+    try:
+        yield
+    except TimeoutError as exc:
+        tails = []
+        for service in services:
+            logs = podman.run("logs", "%s_%s_1" % (project, service), check=False)
+            tails.append("--- %s:\n%s" % (service, "\n".join((logs.stdout + logs.stderr).splitlines()[-40:])))
+        raise TimeoutError("%s\n%s" % (exc, "\n".join(tails))) from None
 
 
 def test_the_image(podman: Podman) -> None:
@@ -116,8 +130,9 @@ def test_compose_runs_a_cluster_of_three_broker_containers_on_etcd(podman: Podma
     podman.compose("docker-compose.cluster.yml", project, "up", "-d", "--build", env=env)
     try:
         # three brokers to register, the client's topic (replication factor 3) and group: slower than one
-        wait_for(lambda: "round trip 2 ok" in podman.run("logs", project + "_client_1").stdout, 2 * TIMEOUT,
-                 what="the client's round trips on the cluster")
+        with logs_on_failure(podman, project, ["client", "etcd", "kafka-1", "kafka-2", "kafka-3"]):
+            wait_for(lambda: "round trip 2 ok" in podman.run("logs", project + "_client_1").stdout, 2 * TIMEOUT,
+                     what="the client's round trips on the cluster")
         md = AdminClient({"bootstrap.servers": "127.0.0.1:%d" % base}).list_topics("demo", timeout=10)
         assert sorted(md.brokers) == [1, 2, 3]
         assert sorted(b.port for b in md.brokers.values()) == [base, base + 1, base + 2]
