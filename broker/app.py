@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker.apis import load_handlers
 from broker.apis.context import TxnVerifier
+from broker.apis.topology import SingleNode, Topology
 from broker.config import BrokerConfig, read_properties
 from broker.coordinator.group import GroupCoordinator, create_group_coordinator
 from broker.coordinator.group.config import CONFIG_KEYS as GROUP_CONFIG_KEYS
@@ -112,6 +113,10 @@ class Broker:
 
             self.simulated = SimulatedCluster(self, count)
         self.cluster: ClusterMode | None = None  # one node of a cluster on etcd (etcd.endpoints); set in start()
+        # the cluster as clients see it: this node alone, the simulated cluster, or (from start()) the
+        # cluster's metadata image
+        self.topology: Topology = self.simulated or SingleNode(self.node_id, self.advertised,
+                                                               config["broker.rack"])
         self.share_state: ShareStateRouter | None = None  # share state on other nodes' share coordinators
         self.ports: list[int] = []
         self.listeners = build_listeners(config)  # checked and built before anything starts
@@ -160,6 +165,7 @@ class Broker:
             self.metadata = ClusterMetadataStore(LogMetadataLog(metadata_log), self.node_id)  # its log: etcd
             directory_id = read_properties(Path(self.config.log_dirs[0]) / "meta.properties").get("directory.id", "")
             await self.cluster.start(self.metadata, directory_id)  # caught up with the metadata in etcd
+            self.topology = self.cluster.view
             self.cluster.lead_followers(self.partitions)  # ISR changes to the controller, brokers' epochs
         else:
             self.metadata = MetadataStore(LogMetadataLog(metadata_log), self.node_id)
@@ -257,7 +263,7 @@ class Broker:
             return local
         from broker.coordinator.txn.remote import RemoteMarkerWriter
 
-        return RemoteMarkerWriter(local, self.node_id, lambda topic, index: self.partition_layout(topic, index)[0],
+        return RemoteMarkerWriter(local, self.node_id, lambda topic, index: self.topology.assignment(topic, index)[0],
                                   self.cluster.node.clients)
 
     def txn_coordinator_for(self, transactional_id: str) -> TxnVerifier:
@@ -505,28 +511,12 @@ class Broker:
             self._advertised[listener] = (host, port)
         return host, port
 
-    # the cluster as clients see it (one node, a simulated cluster, or a node of a cluster) -------
-    def cluster_nodes(self, listener: str | None = None) -> list[tuple[int, str, int]]:
-        """(node id, host, port) of every live broker of the cluster, as `listener` advertises them."""
-        if self.cluster is not None:
-            return self.cluster.view.nodes(listener)
-        if self.simulated is None:
-            return [(self.node_id, *self.advertised(listener))]
-        return [(n, *self.simulated.address(n, listener)) for n in self.simulated.live_nodes()]
-
-    def controller_id(self, listener: str | None = None) -> int:
-        """The active controller's node id (-1: none) for Metadata and DescribeCluster: a node of a
-        cluster knows it from etcd; a single node (or a simulated cluster) names its first live node."""
-        if self.cluster is not None:
-            return self.cluster.controller_id()
-        nodes = self.cluster_nodes(listener)
-        return nodes[0][0] if nodes else -1
-
+    # the cluster as clients see it (self.topology; broker.apis.topology) -----------------------
     async def partition_end_offset(self, topic: str, partition: int) -> int | None:
         """A partition's high watermark as its leader has it (None: no such partition, or no
         leader): this node's, or, in a cluster, asked of the leader (ListOffsets)."""
         local = self.partitions.get(topic, partition)
-        leader = self.partition_layout(topic, partition)[0]
+        leader = self.topology.assignment(topic, partition)[0]
         if local is not None and (self.cluster is None or leader == self.node_id):
             return local.high_watermark
         if self.cluster is None or leader < 0:
@@ -541,42 +531,12 @@ class Broker:
         end = metadata_log.log_end_offset if metadata_log is not None else 0
         return QuorumState(self.node_id, self.quorum_epoch, end, [Replica(self.node_id, self.metadata_directory_id, end)])
 
-    def rack_of(self, node: int) -> str | None:
-        if self.cluster is not None:
-            return self.cluster.view.rack(node)
-        return self.config["broker.rack"]  # type: ignore[no-any-return]
-
-    def partition_layout(self, topic: str, partition: int) -> tuple[int, list[int], list[int]]:
-        """(leader (-1: none), replicas, in-sync replicas) of a partition."""
-        if self.cluster is not None:
-            return self.cluster.view.assignment(topic, partition)
-        if self.simulated is not None:
-            return self.simulated.assignment(topic, partition)
-        return self.node_id, [self.node_id], [self.node_id]
-
-    def offline_nodes(self) -> set[int]:
-        if self.cluster is not None:
-            return self.cluster.view.offline_nodes()
-        return set(self.simulated.down) if self.simulated is not None else set()
-
     async def move_leader(self, topic: str, partition: int, to: int) -> None:
         """The lead of a partition goes to node `to` (ElectLeaders; only a simulated cluster's
         leaders move)."""
         if self.simulated is None:
             raise KafkaError(ErrorCode.ELECTION_NOT_NEEDED, "Leader election not needed for topic partition.")
         await self.simulated.move_leader(topic, partition, to)
-
-    def coordinator_node(self, key_type: int, key: str, listener: str | None = None) -> tuple[int, str, int] | None:
-        """(node id, host, port) of the coordinator of a group id, transactional id or share
-        partition (key type 0, 1, 2) for clients of `listener`; None when it has none."""
-        if self.cluster is not None:
-            node = self.cluster.view.coordinator(key_type, key)
-            address = self.cluster.view.address(node, listener) if node >= 0 else None
-            return None if address is None else (node, *address)
-        if self.simulated is None:
-            return (self.node_id, *self.advertised(listener))
-        node = self.simulated.coordinator(key_type, key)
-        return None if node < 0 else (node, *self.simulated.address(node, listener))
 
     def leader_epoch_of(self, topic: str, partition: int) -> int:
         if self.cluster is not None:  # the metadata's, as every node answers it (not a replica's own)
@@ -586,26 +546,6 @@ class Broker:
                 return found.leader_epoch
         stored = self.partitions.get(topic, partition)
         return stored.leader_epoch if stored is not None else self.leader_epoch
-
-    def cluster_size(self) -> int:
-        """The brokers registered (the live ones of a simulated cluster)."""
-        if self.cluster is not None:
-            return len(self.cluster.view.image().brokers)
-        return len(self.simulated.live_nodes()) if self.simulated is not None else 1
-
-    def node_ids(self) -> list[int]:
-        if self.cluster is not None:
-            return sorted(self.cluster.view.image().brokers)
-        return list(self.simulated.nodes) if self.simulated is not None else [self.node_id]
-
-    def _placement(self, topic: str, factor: int, assignments: list[list[int]] | None
-                   ) -> Callable[[int], list[int]] | None:
-        if assignments is not None:
-            return lambda index: list(assignments[index])
-        if self.simulated is None:
-            return None
-        simulated = self.simulated
-        return lambda index: simulated.place(topic, index, factor)
 
     def coordinators(self) -> list[tuple[str, Any]]:
         """The coordinators by kind (group, transaction, ...), each with its `runtime`."""
@@ -832,6 +772,12 @@ class Broker:
         self._ensure_partitions(info)
         await self.topics_changed(changed={name})
         return info
+
+    def _placement(self, topic: str, factor: int, assignments: list[list[int]] | None
+                   ) -> Callable[[int], list[int]] | None:
+        if assignments is not None:
+            return lambda index: list(assignments[index])
+        return self.topology.placement(topic, factor)
 
     def alter_topic_configs(self, name: str, changes: dict[str, str | None], validate_only: bool = False) -> None:
         info = self.metadata.topic(name)

@@ -35,11 +35,11 @@ async def handle_describe_cluster(ctx: RequestContext, request: M.DescribeCluste
         code = ErrorCode.INVALID_REQUEST if ctx.api_version == 0 else ErrorCode.MISMATCHED_ENDPOINT_TYPE
         return DC(error_code=int(code), error_message="The request was sent to an endpoint of type BROKER, but we "
                   "wanted an endpoint of type CONTROLLER")
-    nodes = broker.cluster_nodes(listener_of(ctx))
+    nodes = broker.topology.live_brokers(listener_of(ctx))
     return DC(
         throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=ENDPOINT_BROKER,
-        cluster_id=broker.cluster_id, controller_id=broker.controller_id(listener_of(ctx)),
-        brokers=[DC.DescribeClusterBroker(broker_id=node, host=host, port=port, rack=broker.rack_of(node),
+        cluster_id=broker.cluster_id, controller_id=broker.topology.controller_id(),
+        brokers=[DC.DescribeClusterBroker(broker_id=node, host=host, port=port, rack=broker.topology.rack(node),
                                           is_fenced=False) for node, host, port in nodes],
         cluster_authorized_operations=(
             cluster_authorized_operations(ctx) if request.include_cluster_authorized_operations else -2147483648

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from broker.apis.topology import Node, Topology
+
 if TYPE_CHECKING:
     from broker.config import BrokerConfig
     from broker.coordinator.group import GroupCoordinator
@@ -36,7 +38,6 @@ if TYPE_CHECKING:
     from broker.share.persister import ShareStateRouter
     from protocol.errors import ErrorCode
 
-Node = tuple[int, str, int]  # node id, host, port
 
 
 class TxnVerifier(Protocol):
@@ -90,28 +91,14 @@ class BrokerServices(Protocol):
     @property
     def stopping(self) -> bool: ...
 
-    # the cluster as clients see it (one node, or a simulated cluster)
+    # the cluster as clients see it (one node, a simulated cluster, or a node of a cluster)
+    topology: Topology
+
     def advertised(self, listener: str | None = None) -> tuple[str, int]: ...
-
-    def cluster_nodes(self, listener: str | None = None) -> list[Node]: ...
-
-    def cluster_size(self) -> int: ...
-
-    def controller_id(self, listener: str | None = None) -> int: ...
 
     def metadata_quorum(self) -> QuorumState: ...
 
-    def rack_of(self, node: int) -> str | None: ...
-
-    def node_ids(self) -> list[int]: ...
-
-    def offline_nodes(self) -> set[int]: ...
-
-    def partition_layout(self, topic: str, partition: int) -> tuple[int, list[int], list[int]]: ...
-
     def leader_epoch_of(self, topic: str, partition: int) -> int: ...
-
-    def coordinator_node(self, key_type: int, key: str, listener: str | None = None) -> Node | None: ...
 
     def txn_coordinator_for(self, transactional_id: str) -> TxnVerifier | None: ...
 

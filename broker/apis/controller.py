@@ -65,11 +65,11 @@ async def _elect(broker: BrokerServices, topic: str, index: int, election_type: 
         return KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "No such topic as %s" % topic)
     if not 0 <= index < info.partitions:
         return KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "No such partition as %s-%d" % (topic, index))
-    leader, replicas, isr = broker.partition_layout(topic, index)
+    leader, replicas, isr = broker.topology.assignment(topic, index)
     if election_type == UNCLEAN or leader == replicas[0]:
         return ELECTION_NOT_NEEDED  # the preferred replica leads (or, unclean, a leader is there)
     # a simulated cluster whose leader moved: the preferred replica takes over if it is in sync
-    if replicas[0] not in isr or replicas[0] in broker.offline_nodes():
+    if replicas[0] not in isr or replicas[0] in broker.topology.offline_nodes():
         return KafkaError(ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
                           "Failed to elect leader for partition %s-%d under strategy PREFERRED" % (topic, index))
     await broker.move_leader(topic, index, replicas[0])
@@ -147,7 +147,7 @@ def _reassign(broker: BrokerServices, topic: str, index: int, replicas: list[int
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "Unable to find partition %s:%d." % (topic, index))
     if replicas is None:
         raise KafkaError(ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, "No partition reassignment is in progress.")
-    assigned_brokers(list(replicas), broker.node_ids(), None)
+    assigned_brokers(list(replicas), broker.topology.node_ids(), None)
     # the target is this node alone: the current assignment, nothing to do
 
 
@@ -220,5 +220,5 @@ async def handle_describe_quorum(ctx: RequestContext, request: M.DescribeQuorumR
             for p in t.partitions]) for t in request.topics]
     listener = listener_of(ctx)
     nodes = [DQ.Node(node_id=node, listeners=[DQ.Listener(name=listener or "PLAINTEXT", host=host, port=port)])
-             for node, host, port in broker.cluster_nodes(listener)]
+             for node, host, port in broker.topology.live_brokers(listener)]
     return DQ(error_code=0, error_message=None, topics=topics, nodes=nodes)

@@ -84,7 +84,7 @@ async def handle_find_coordinator(ctx: RequestContext, request: M.FindCoordinato
         code = _find(ctx, request.key_type, key)
         if code is E.NONE and unavailable:
             code = E.COORDINATOR_NOT_AVAILABLE
-        found = ctx.broker.coordinator_node(request.key_type, key, listener) if code is E.NONE else None
+        found = ctx.broker.topology.coordinator_node(request.key_type, key, listener) if code is E.NONE else None
         if code is E.NONE and found is None:  # its partition has no leader (simulated cluster)
             code = E.COORDINATOR_NOT_AVAILABLE
         return code, found or (-1, "", -1)

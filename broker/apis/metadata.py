@@ -37,10 +37,10 @@ def partition_states(broker: BrokerServices, topic: str, start: int, stop: int, 
                      ) -> list[PartitionEntry]:
     """Metadata's (or DescribeTopicPartitions') partition entries: leader (none: LEADER_NOT_AVAILABLE),
     its epoch, replicas, in-sync and offline replicas."""
-    offline = broker.offline_nodes()
+    offline = broker.topology.offline_nodes()
     out = []
     for p in range(start, stop):
-        leader, replicas, isr = broker.partition_layout(topic, p)
+        leader, replicas, isr = broker.topology.assignment(topic, p)
         out.append(cls(
             error_code=0 if leader >= 0 else int(ErrorCode.LEADER_NOT_AVAILABLE), partition_index=p,
             leader_id=leader, leader_epoch=broker.leader_epoch_of(topic, p), replica_nodes=list(replicas),
@@ -138,13 +138,13 @@ async def handle_metadata(ctx: RequestContext, request: M.MetadataRequest) -> M.
     cluster_ops = OPERATIONS_NOT_REQUESTED
     if 8 <= version <= 10 and request.include_cluster_authorized_operations:
         cluster_ops = cluster_authorized_operations(ctx)
-    nodes = broker.cluster_nodes(listener_of(ctx))
+    nodes = broker.topology.live_brokers(listener_of(ctx))
     return R(
         throttle_time_ms=0,
-        brokers=[R.MetadataResponseBroker(node_id=node, host=host, port=port, rack=broker.rack_of(node))
+        brokers=[R.MetadataResponseBroker(node_id=node, host=host, port=port, rack=broker.topology.rack(node))
                  for node, host, port in nodes],
         cluster_id=broker.cluster_id,
-        controller_id=broker.controller_id(listener_of(ctx)),
+        controller_id=broker.topology.controller_id(),
         topics=topics,
         cluster_authorized_operations=cluster_ops,
         error_code=0,

@@ -17,10 +17,11 @@ Where things are comes from a `ClusterView`.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any
 
 from broker.apis.addressing import Key, answer_in_part, fail_whole
 from broker.apis.registry import Handler, RequestContext
+from broker.apis.topology import ClusterView
 from broker.metadata import MetadataStore
 from protocol import messages as M
 from protocol.errors import ErrorCode
@@ -52,21 +53,6 @@ ROUTED = LEADER_APIS | GROUP_APIS | set(TRANSACTION_FIELDS) | {ADD_PARTITIONS_TO
 FORWARDED = frozenset({19, 20, 30, 31, 33, 37, 43, 44, 45, 49, 51, 57})
 
 Forward = Callable[[RequestContext, Any, Handler], Awaitable[Any]]
-
-
-class ClusterView(Protocol):
-    """Where things are in the cluster, as one node sees it."""
-
-    def assignment(self, topic: str, partition: int) -> tuple[int, list[int], list[int]]:
-        """(leader (-1: none), replicas, in-sync replicas) of a partition."""
-
-    def coordinator(self, key_type: int, key: str) -> int:
-        """The node coordinating a group id, transactional id or share key (-1: none)."""
-
-    def address(self, node: int, listener: str | None) -> tuple[str, int] | None:
-        """Where clients of `listener` reach `node` (None: nowhere known)."""
-
-    def rack(self, node: int) -> str | None: ...
 
 
 class Router:

@@ -82,7 +82,7 @@ def partition_layout(broker: BrokerServices, topic: M.CreateTopicsRequest.Creata
                              "A manual partition assignment was specified, but numPartitions was not set to -1.")
         seen: dict[int, list[int]] = {}
         replication_factor: int | None = None
-        nodes = broker.node_ids()
+        nodes = broker.topology.node_ids()
         for a in topic.assignments:
             if a.partition_index in seen:
                 raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
@@ -105,8 +105,8 @@ def partition_layout(broker: BrokerServices, topic: M.CreateTopicsRequest.Creata
     if factor <= 0:
         raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR, "Unable to replicate the partition %d time(s): Invalid "
                          "replication factor %d: the replication factor must be positive." % (factor, factor))
-    if factor > broker.cluster_size():
-        raise _unable_to_replicate(factor, broker.cluster_size())
+    if factor > broker.topology.broker_count():
+        raise _unable_to_replicate(factor, broker.topology.broker_count())
     return partitions, factor, None
 
 
@@ -314,7 +314,7 @@ def check_new_partitions(broker: BrokerServices, topic: M.CreatePartitionsReques
                              "only %d assignment(s) were specified." % (additional, len(topic.assignments)))
         factor = len(info.assignments[0].replicas) if 0 in info.assignments else 1
         for a in topic.assignments:
-            assigned_brokers(a.broker_ids, broker.node_ids(), factor)
+            assigned_brokers(a.broker_ids, broker.topology.node_ids(), factor)
     return info
 
 

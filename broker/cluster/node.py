@@ -184,7 +184,7 @@ class ClusterNode:
                                      snapshot_bytes=self.settings.snapshot_bytes)
         self.clog = ControllerLog(self.mlog, lambda: store.image, self._append_failed)
         store.log = self.clog
-        self.view = ImageView(lambda: store.committed, self.node_id)
+        self.view = ImageView(lambda: store.committed, self.node_id, controller=lambda: self.controller_id)
         self.loader.load_local()
         self.loader.start()
         end = await self.mlog.end_offset()

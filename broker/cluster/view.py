@@ -22,10 +22,14 @@ COORDINATOR_TOPICS = {0: OFFSETS_TOPIC, 1: TRANSACTION_STATE_TOPIC, 2: SHARE_STA
 
 
 class ImageView:
-    def __init__(self, image: Callable[[], MetadataImage], node_id: int, rnd: random.Random | None = None) -> None:
+    """broker.apis.topology's Topology of a node of a cluster."""
+
+    def __init__(self, image: Callable[[], MetadataImage], node_id: int, rnd: random.Random | None = None,
+                 controller: Callable[[], int] = lambda: -1) -> None:
         self.image = image
         self.node_id = node_id
         self.rnd = rnd or random.Random()
+        self.controller = controller  # the active controller's id, from etcd (-1: none)
 
     # brokers -----------------------------------------------------------------------------------
     def live_nodes(self) -> list[int]:
@@ -40,7 +44,7 @@ class ImageView:
         found = self.image().brokers.get(node)
         return found.rack if found is not None else None
 
-    def nodes(self, listener: str | None) -> list[tuple[int, str, int]]:
+    def live_brokers(self, listener: str | None) -> list[tuple[int, str, int]]:
         """(id, host, port) of the live brokers for clients of `listener`."""
         out = []
         for node in self.live_nodes():
@@ -52,6 +56,16 @@ class ImageView:
     def offline_nodes(self) -> set[int]:
         """Registered brokers that are fenced (their replicas are offline)."""
         return {n for n, b in self.image().brokers.items() if b.fenced}
+
+    def controller_id(self) -> int:
+        return self.controller()
+
+    def broker_count(self) -> int:
+        """The registered brokers, fenced ones too (as Kafka's controller counts them)."""
+        return len(self.image().brokers)
+
+    def node_ids(self) -> list[int]:
+        return sorted(self.image().brokers)
 
     # partitions and coordinators ----------------------------------------------------------------
     def assignment(self, topic: str, partition: int) -> tuple[int, list[int], list[int]]:
@@ -74,6 +88,11 @@ class ImageView:
             return -1
         return self.assignment(*found)[0]
 
+    def coordinator_node(self, key_type: int, key: str, listener: str | None) -> tuple[int, str, int] | None:
+        node = self.coordinator(key_type, key)
+        address = self.address(node, listener) if node >= 0 else None
+        return None if address is None else (node, *address)
+
     # placement ---------------------------------------------------------------------------------
     def usable_brokers(self) -> list[UsableBroker]:
         """Brokers new replicas may go to: registered and not shutting down (fenced ones last)."""
@@ -83,3 +102,6 @@ class ImageView:
 
     def place(self, partitions: int, factor: int) -> list[list[int]]:
         return place_partitions(self.usable_brokers(), partitions, factor, self.rnd)
+
+    def placement(self, topic: str, factor: int) -> Callable[[int], list[int]] | None:
+        return None  # the controller places new partitions (`place`)

@@ -40,7 +40,7 @@ class BrokerStateCollector:
 
     @staticmethod
     def _cluster(broker: Any) -> Iterator[Metric]:
-        nodes = broker.cluster_nodes()
+        nodes = broker.topology.live_brokers(None)
         yield gauge("kafka_brokers", "Number of Brokers in the Kafka Cluster.", value=len(nodes))
         info = gauge("kafka_broker_info", "Information about the Kafka Broker.", ["address", "id"])
         for node_id, host, port in nodes:
@@ -71,7 +71,7 @@ class BrokerStateCollector:
                 key = [name, str(index)]
                 current.add_metric(key, partition.high_watermark)
                 oldest.add_metric(key, partition.log_start_offset)
-                lead, nodes, in_sync = broker.partition_layout(name, index)
+                lead, nodes, in_sync = broker.topology.assignment(name, index)
                 leader.add_metric(key, lead)
                 replicas.add_metric(key, len(nodes))
                 isr.add_metric(key, len(in_sync))

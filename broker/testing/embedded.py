@@ -226,7 +226,7 @@ class EmbeddedBroker:
         return ",".join("%s:%d" % (host, port) for _, host, port in self.call(self._nodes()))
 
     async def _nodes(self) -> list[tuple[int, str, int]]:
-        return self.broker.cluster_nodes()
+        return self.broker.topology.live_brokers(None)
 
     @property
     def errors(self) -> list[str]:
@@ -246,9 +246,9 @@ class EmbeddedBroker:
         `**{"cleanup.policy": "compact"}`); a replication factor above 1 needs a simulated
         cluster. Raises protocol.errors.KafkaError as Kafka answers."""
         broker = self.broker
-        if replication_factor > broker.cluster_size():
+        if replication_factor > broker.topology.broker_count():
             raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR, "replication factor %d > %d broker(s)"
-                             % (replication_factor, broker.cluster_size()))
+                             % (replication_factor, broker.topology.broker_count()))
         self.call(broker.create_topic(name, partitions, broker_properties(keywords=configs),
                                       replication_factor=replication_factor))
 

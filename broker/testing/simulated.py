@@ -25,6 +25,7 @@ rejoins the ISRs; leadership stays where it went, as without a preferred-leader 
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 from broker.apis.routing import KEY_TYPE_GROUP, KEY_TYPE_SHARE, KEY_TYPE_TRANSACTION, Router
@@ -74,9 +75,29 @@ class SimulatedCluster:
             return int(self.broker.config[config_key])
         return min(3, len(self.nodes))
 
-    # the cluster as clients see it ---------------------------------------------------------------
+    def placement(self, topic: str, factor: int) -> Callable[[int], list[int]] | None:
+        return lambda index: self.place(topic, index, factor)
+
+    # the cluster as clients see it (broker.apis.topology's Topology) -----------------------------
     def live_nodes(self) -> list[int]:
         return [n for n in self.nodes if n not in self.down]
+
+    def live_brokers(self, listener: str | None) -> list[tuple[int, str, int]]:
+        return [(n, *self.address(n, listener)) for n in self.live_nodes()]
+
+    def controller_id(self) -> int:
+        """The first live node (the controller of a simulated cluster names no real process)."""
+        live = self.live_nodes()
+        return live[0] if live else -1
+
+    def offline_nodes(self) -> set[int]:
+        return set(self.down)
+
+    def broker_count(self) -> int:
+        return len(self.live_nodes())
+
+    def node_ids(self) -> list[int]:
+        return list(self.nodes)
 
     def address(self, node: int, listener: str | None) -> tuple[str, int]:
         """Where clients reach `node`: the advertised host, and the advertised port + k (or, when
@@ -110,6 +131,10 @@ class SimulatedCluster:
         else:
             count = int(self.broker.config[partitions_key] or DEFAULT_INTERNAL_PARTITIONS)
         return self.assignment(topic, partition_for(key, count))[0]
+
+    def coordinator_node(self, key_type: int, key: str, listener: str | None) -> tuple[int, str, int] | None:
+        node = self.coordinator(key_type, key)
+        return None if node < 0 else (node, *self.address(node, listener))
 
     # lifecycle -----------------------------------------------------------------------------------
     async def start(self) -> None:

@@ -12,6 +12,7 @@ import pytest
 
 from broker.apis import group as group_apis
 from broker.apis import offsets as offset_apis
+from broker.apis.topology import SingleNode
 from broker.coordinator.group import create_group_coordinator
 from broker.coordinator.runtime import InMemoryWriter
 from broker.coordinator.timer import AsyncioClock
@@ -44,11 +45,10 @@ class FakeBroker:
         self.txn_coordinator = object()  # FindCoordinator only asks whether there is one
         self.metadata = FakeMetadata()
 
+        self.topology = SingleNode(self.node_id, self.advertised, None)
+
     def advertised(self, listener: str | None = None) -> tuple[str, int]:
         return "localhost", 19092
-
-    def coordinator_node(self, key_type: int, key: str, listener: str | None = None) -> tuple[int, str, int]:
-        return (self.node_id, *self.advertised(listener))
 
     async def ensure_offsets_topic(self) -> None:
         self.offsets_topic_ensured = True
