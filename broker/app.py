@@ -538,6 +538,12 @@ class Broker:
             raise KafkaError(ErrorCode.ELECTION_NOT_NEEDED, "Leader election not needed for topic partition.")
         await self.simulated.move_leader(topic, partition, to)
 
+    async def move_replicas(self, topic: str, partition: int, replicas: list[int]) -> None:
+        """A partition's replicas become `replicas` at once (AlterPartitionReassignments without a
+        controller: only a simulated cluster has other nodes to move them to)."""
+        if self.simulated is not None:
+            await self.simulated.move_replicas(topic, partition, replicas)
+
     def leader_epoch_of(self, topic: str, partition: int) -> int:
         if self.cluster is not None:  # the metadata's, as every node answers it (not a replica's own)
             info = self.metadata.topic(topic)

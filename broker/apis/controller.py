@@ -1,8 +1,10 @@
-"""APIs a Kafka broker forwards to its controller; this single node is its own controller.
+"""APIs a Kafka broker forwards to its controller: a single node is its own controller; in a
+cluster they run on the active controller (ElectLeaders and AlterPartitionReassignments there go
+to broker/cluster's controller).
 
 UpdateFeatures (57), ElectLeaders (43), AlterPartitionReassignments (45),
 ListPartitionReassignments (46) and DescribeQuorum (55), answered as Kafka's controller answers
-them for a cluster of one node.
+them.
 
 UpdateFeatures changes finalized feature levels (broker.metadata.features), all or nothing as
 Kafka's FeatureControlManager: the first failing update is the top-level error and nothing
@@ -18,6 +20,7 @@ from broker.apis.context import BrokerServices, RequestContext
 from broker.apis.registry import api
 from broker.apis.topics import assigned_brokers
 from broker.metadata import features
+from broker.metadata.image import Assignment, MetadataImage
 from broker.metadata.quorum import Replica
 from broker.security.authz import Op, authorize_cluster, listener_of, require_cluster
 from protocol import messages as M
@@ -131,53 +134,107 @@ async def handle_elect_leaders(ctx: RequestContext, request: M.ElectLeadersReque
 
 
 # ---------------------------------------------------------------------------------------------
-# AlterPartitionReassignments (key 45) / ListPartitionReassignments (key 46): this node is the
-# only registered broker, so the only valid target is the current assignment and no reassignment
-# is ever in progress.
+# AlterPartitionReassignments (key 45) / ListPartitionReassignments (key 46): a cluster's active
+# controller reassigns (broker/cluster/reassignment.py); a simulated cluster moves the replicas at
+# once (it replicates nothing); a single node is the only valid target, with nothing to do.
 
 AR = M.AlterPartitionReassignmentsResponse
 LR = M.ListPartitionReassignmentsResponse
 
 
-def _reassign(broker: BrokerServices, topic: str, index: int, replicas: list[int] | None) -> None:
+def _check_target(broker: BrokerServices, topic: str, index: int, replicas: list[int] | None) -> None:
+    """Kafka's checks in its order: the partition, then the target against the registered brokers."""
     info = broker.metadata.topic(topic)
     if info is None:
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "Unable to find a topic named %s." % topic)
     if not 0 <= index < info.partitions:
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "Unable to find partition %s:%d." % (topic, index))
-    if replicas is None:
-        raise KafkaError(ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, "No partition reassignment is in progress.")
-    assigned_brokers(list(replicas), broker.topology.node_ids(), None)
-    # the target is this node alone: the current assignment, nothing to do
+    if replicas is not None:
+        assigned_brokers(list(replicas), broker.topology.node_ids(), None)
+
+
+async def _reassign(broker: BrokerServices, asked: list[tuple[str, int, list[int] | None]], allow: bool
+                    ) -> list[KafkaError | None]:
+    errors: list[KafkaError | None] = []
+    valid = []
+    for topic, index, replicas in asked:
+        try:
+            _check_target(broker, topic, index, replicas)
+            errors.append(None)
+            valid.append((topic, index, replicas))
+        except KafkaError as exc:
+            errors.append(exc)
+    controller = _cluster_controller(broker)
+    if controller is not None:
+        done = iter(await controller.alter_partition_reassignments(valid, allow))
+        for i, error in enumerate(errors):
+            if error is None:
+                code, message = next(done)
+                errors[i] = KafkaError(code, message) if code != ErrorCode.NONE else None
+        return errors
+    for i, (topic, index, replicas) in enumerate(asked):
+        if errors[i] is not None:
+            continue
+        current = broker.topology.assignment(topic, index)[1]
+        if replicas is None:  # none is ever in progress: each completes at once
+            errors[i] = KafkaError(ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, "No partition reassignment is in progress.")
+        elif not allow and len(replicas) != len(current):
+            errors[i] = KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR, "The replication factor is changed from "
+                                   "%d to %d" % (len(current), len(replicas)))
+        elif replicas != current:
+            await broker.move_replicas(topic, index, replicas)
+    return errors
 
 
 @api(45)
 async def handle_alter_partition_reassignments(ctx: RequestContext, request: M.AlterPartitionReassignmentsRequest
                                                ) -> M.AlterPartitionReassignmentsResponse:
     require_cluster(ctx, Op.ALTER)
+    allow = request.allow_replication_factor_change if ctx.api_version >= 1 else True
+    asked = [(t.name, p.partition_index, None if p.replicas is None else list(p.replicas))
+             for t in request.topics for p in t.partitions]
+    errors = iter(await _reassign(ctx.broker, asked, allow))
     responses = []
     for t in request.topics:
         partitions = []
         for p in t.partitions:
-            error: KafkaError | None = None
-            try:
-                _reassign(ctx.broker, t.name, p.partition_index, p.replicas)
-            except KafkaError as exc:
-                error = exc
+            error = next(errors)
             partitions.append(AR.ReassignablePartitionResponse(
                 partition_index=p.partition_index, error_code=int(error.code) if error else 0,
                 error_message=error.message if error else None))
         responses.append(AR.ReassignableTopicResponse(name=t.name, partitions=partitions))
-    allow = request.allow_replication_factor_change if ctx.api_version >= 1 else True
     return AR(throttle_time_ms=0, allow_replication_factor_change=allow, error_code=0, error_message=None,
               responses=responses)
+
+
+def ongoing_reassignments(image: MetadataImage, asked: list[tuple[str, list[int]]] | None
+                          ) -> list[tuple[str, list[tuple[int, Assignment]]]]:
+    """The partitions being reassigned, of every topic (None) or of those asked (unknown topics
+    and partitions left out, as Kafka does)."""
+    if asked is None:
+        asked = [(name, sorted(t.assignments)) for name, t in sorted(image.topics.items())]
+    out = []
+    for name, indexes in asked:
+        topic = image.topics.get(name)
+        found = [(i, topic.assignments[i]) for i in indexes
+                 if i in topic.assignments and topic.assignments[i].reassigning] if topic is not None else []
+        if found:
+            out.append((name, found))
+    return out
 
 
 @api(46)
 async def handle_list_partition_reassignments(ctx: RequestContext, request: M.ListPartitionReassignmentsRequest
                                               ) -> M.ListPartitionReassignmentsResponse:
     require_cluster(ctx, Op.DESCRIBE)
-    return LR(throttle_time_ms=0, error_code=0, error_message=None, topics=[])
+    asked = None if request.topics is None else [(t.name, list(t.partition_indexes)) for t in request.topics]
+    return LR(throttle_time_ms=0, error_code=0, error_message=None, topics=[
+        LR.OngoingTopicReassignment(name=name, partitions=[
+            LR.OngoingPartitionReassignment(partition_index=index, replicas=list(a.replicas),
+                                            adding_replicas=list(a.adding_replicas),
+                                            removing_replicas=list(a.removing_replicas))
+            for index, a in found])
+        for name, found in ongoing_reassignments(ctx.broker.metadata.image, asked)])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -48,9 +48,10 @@ HANDLER_REFUSES = frozenset({FETCH, SHARE_FETCH, SHARE_ACKNOWLEDGE})
 ROUTED = LEADER_APIS | GROUP_APIS | set(TRANSACTION_FIELDS) | {ADD_PARTITIONS_TO_TXN, LIST_GROUPS}
 # the metadata changes a broker forwards to the controller (Kafka's forwardable APIs):
 # CreateTopics, DeleteTopics, CreateAcls, DeleteAcls, AlterConfigs, CreatePartitions, ElectLeaders,
-# IncrementalAlterConfigs, AlterPartitionReassignments, AlterClientQuotas, AlterUserScramCredentials,
-# UpdateFeatures
-FORWARDED = frozenset({19, 20, 30, 31, 33, 37, 43, 44, 45, 49, 51, 57})
+# IncrementalAlterConfigs, AlterPartitionReassignments, ListPartitionReassignments (Kafka's brokers
+# forward it too: the controller's view includes what it has just reassigned), AlterClientQuotas,
+# AlterUserScramCredentials, UpdateFeatures
+FORWARDED = frozenset({19, 20, 30, 31, 33, 37, 43, 44, 45, 46, 49, 51, 57})
 
 Forward = Callable[[RequestContext, Any, Handler], Awaitable[Any]]
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from broker.cluster import brokers, elections
+from broker.cluster import brokers, elections, reassignment
 from broker.cluster.keys import Leadership
 from broker.cluster.metadata_log import MetadataLog, Snapshot
 from broker.cluster.metadata_sync import ControllerLog, MetadataLoader, not_controller
@@ -194,6 +194,20 @@ class ActiveController:
                     results.append((name, [(p, *elections.elect_leader(changes, name, p, election_type))
                                            for p in indexes]))
             self.store.append_records(changes.records)
+            return results
+
+        return await self.change(make)  # type: ignore[no-any-return]
+
+    async def alter_partition_reassignments(self, asked: list[tuple[str, int, list[int] | None]],
+                                            allow_replication_factor_change: bool) -> list[reassignment.Result]:
+        """AlterPartitionReassignments: each partition's (error, message), in the order asked."""
+        def make() -> Any:
+            changes = elections.Changes(self.store.image, self.policy)
+            results = [reassignment.reassign(changes, name, index, target, allow_replication_factor_change)
+                       for name, index, target in asked]
+            self.store.append_records(changes.records)
+            if changes.records:
+                log.info("partition reassignments changed", partitions=len(changes.records))
             return results
 
         return await self.change(make)  # type: ignore[no-any-return]

@@ -63,19 +63,33 @@ class Change:
     target_isr: list[int] | None = None  # None: the current ISR
     unclean_shutdown: Collection[int] = ()
     target_recovery: int | None = None  # the leader recovery state asked (AlterPartition)
+    # a reassignment started or reverted (None: the partition's own)
+    target_replicas: list[int] | None = None
+    target_adding: list[int] | None = None
+    target_removing: list[int] | None = None
 
     def build(self) -> Any:
         p = self.partition
         isr = list(p.isr) if self.target_isr is None else list(self.target_isr)
+        replicas = list(p.replicas) if self.target_replicas is None else list(self.target_replicas)
+        adding = list(p.adding_replicas) if self.target_adding is None else list(self.target_adding)
+        removing = list(p.removing_replicas) if self.target_removing is None else list(self.target_removing)
+        completed = complete_reassignment(replicas, adding, removing, isr)
+        if completed is not None:
+            replicas, isr = completed
+            adding, removing = [], []
         elr = list(p.elr)
         if self.elr_enabled:  # below min.insync.replicas, who leaves the ISR stays eligible
             if len(isr) >= self.min_isr:
                 elr = []
             else:
                 elr = [r for r in sorted(set(elr) | set(p.isr)) if r not in isr and r not in self.unclean_shutdown]
+        elr = [r for r in elr if r in replicas]  # not a replica reassigned away
         record = M.PartitionChangeRecord(topic_id=self.topic_id, partition_id=self.index)
         # the election
-        leader, unclean = self._elect(isr, elr)
+        leader, unclean = self._elect(replicas, isr, elr)
+        if leader == p.leader and not set(p.replicas) <= set(replicas):
+            record.leader = leader  # replicas leave: the leader epoch moves (fences them)
         if leader != p.leader:
             if leader in elr:
                 isr = [leader]
@@ -98,6 +112,12 @@ class Change:
             elif (record.leader >= 0 or (p.leader != NO_LEADER and record.leader != NO_LEADER)) \
                     and p.last_known_elr:
                 record.last_known_elr = []
+        if replicas != list(p.replicas):
+            record.replicas = replicas
+        if adding != list(p.adding_replicas):
+            record.adding_replicas = adding
+        if removing != list(p.removing_replicas):
+            record.removing_replicas = removing
         if self.target_recovery is not None and self.target_recovery != p.leader_recovery_state \
                 and record.leader_recovery_state == NO_RECOVERY_CHANGE:
             record.leader_recovery_state = self.target_recovery
@@ -106,9 +126,8 @@ class Change:
     def _valid(self, replica: int, isr: list[int], elr: list[int]) -> bool:
         return (replica in isr or (not isr and replica in elr)) and self.acceptable(replica)
 
-    def _elect(self, isr: list[int], elr: list[int]) -> tuple[int, bool]:
+    def _elect(self, replicas: list[int], isr: list[int], elr: list[int]) -> tuple[int, bool]:
         p = self.partition
-        replicas = p.replicas
         if self.election is Election.PREFERRED:
             if replicas and self._valid(replicas[0], isr, elr):
                 return replicas[0], False
@@ -135,6 +154,19 @@ class Change:
         p = self.partition
         return (self.elr_enabled and not isr and not elr and len(p.last_known_elr) == 1
                 and self.acceptable(p.last_known_elr[0]))
+
+
+def complete_reassignment(replicas: list[int], adding: list[int], removing: list[int], isr: list[int]
+                          ) -> tuple[list[int], list[int]] | None:
+    """A reassignment in progress is done once every replica it keeps is in the ISR (and one
+    stays in it): the replicas and ISR it leaves (Kafka's maybeCompleteReassignment)."""
+    if not adding and not removing:
+        return None
+    kept_isr = [r for r in isr if r not in removing]
+    kept = [r for r in replicas if r not in removing]
+    if not kept_isr or not kept or not set(kept) <= set(kept_isr):
+        return None
+    return kept, kept_isr
 
 
 def is_no_op(record: Any) -> bool:
@@ -250,17 +282,20 @@ class Changes:
 
     def change(self, where: Where, acceptable: Callable[[int], bool], election: Election | None = None,
                target_isr: list[int] | None = None, unclean_shutdown: Collection[int] = (),
-               target_recovery: int | None = None) -> Any:
+               target_recovery: int | None = None, target_replicas: list[int] | None = None,
+               target_adding: list[int] | None = None, target_removing: list[int] | None = None) -> Any:
         """Build one partition's change and keep it (None: no change)."""
         topic, index = where
         if election is None:
             election = Election.UNCLEAN if unclean_enabled(self.image, topic, self.policy) else Election.ONLINE
         a = self.assignment(topic, index)
         record = Change(a, topic.topic_id, index, acceptable, min_isr(self.image, topic, self.policy),
-                        elr_enabled(self.image), election, target_isr, unclean_shutdown, target_recovery).build()
+                        elr_enabled(self.image), election, target_isr, unclean_shutdown, target_recovery,
+                        target_replicas, target_adding, target_removing).build()
         if record is not None:
             merged = replace(a, replicas=list(a.replicas), isr=list(a.isr), elr=list(a.elr),
-                             last_known_elr=list(a.last_known_elr))
+                             last_known_elr=list(a.last_known_elr), adding_replicas=list(a.adding_replicas),
+                             removing_replicas=list(a.removing_replicas))
             merged.merge(record)
             self._changed[(topic.topic_id, index)] = merged
             self.records.append(record)

@@ -66,6 +66,19 @@ class LocalBroker:
         if (partition.is_leader, partition.leader_epoch) != led and b.share_manager is not None:
             b.share_manager.leadership_changed(info.topic_id, index)
 
+    async def drop_replica(self, topic: str, index: int) -> None:
+        """This node is no longer a replica of the partition (reassigned away): it stops fetching
+        it and deletes its copy, as Kafka's brokers do."""
+        b = self.broker
+        partition = b.partitions.get(topic, index)
+        if partition is None:
+            return
+        self.fetchers.remove_partition((topic, index))
+        await b.partitions.remove([(topic, index)])
+        log.info("replica deleted: reassigned to other brokers", topic=topic, partition=index)
+        if partition.is_leader and b.share_manager is not None:
+            b.share_manager.leadership_changed(partition.topic_id, index)
+
     async def drop_topic(self, name: str, topic_id: uuid.UUID) -> None:
         b = self.broker
         self.fetchers.remove_topic(name)

@@ -3,7 +3,8 @@
 Every node replays the same metadata log; this makes the node's own state follow it, in the order
 the records came, one change after the other:
 
-- a topic's partitions this node is a replica of get a local log (the others it does not store);
+- a topic's partitions this node is a replica of get a local log (the others it does not store,
+  and deletes when a reassignment moves them away);
   it leads those the metadata says it leads (their epochs, replicas and ISR) and follows the rest:
   its replica fetcher for their leader copies them (replication); a deleted topic's logs go;
 - the coordinators' internal partitions (__consumer_offsets, __transaction_state,
@@ -48,6 +49,9 @@ class LocalNode(Protocol):
 
     async def drop_topic(self, name: str, topic_id: uuid.UUID) -> None:
         """The topic is gone: its local logs and what refers to it."""
+
+    async def drop_replica(self, topic: str, index: int) -> None:
+        """This node is no longer a replica of the partition: its copy goes (none: nothing to do)."""
 
     def local_topics(self) -> dict[str, uuid.UUID]:
         """The topics this node has logs of."""
@@ -176,5 +180,7 @@ class MetadataPublisher:
                 await self.node.coordinator_partition(info.name, index, False)
             if me in a.replicas:
                 self.node.host_partition(info, index, a)
+            else:
+                await self.node.drop_replica(info.name, index)
             if internal and lead:
                 await self.node.coordinator_partition(info.name, index, True)

@@ -45,7 +45,8 @@ def image_records(image: MetadataImage) -> list[bytes]:
                 leader_recovery_state=a.leader_recovery_state,
                 # version 2 (with ELR) has a directory per replica: unassigned, as Kafka's default
                 directories=[UNASSIGNED_DIRECTORY] * len(a.replicas) if a.elr or a.last_known_elr else [],
-                eligible_leader_replicas=list(a.elr) or None, last_known_elr=list(a.last_known_elr) or None))
+                eligible_leader_replicas=list(a.elr) or None, last_known_elr=list(a.last_known_elr) or None,
+                adding_replicas=list(a.adding_replicas), removing_replicas=list(a.removing_replicas)))
     if image.next_producer_id:
         records.append(M.ProducerIdsRecord(broker_id=-1, broker_epoch=-1, next_producer_id=image.next_producer_id))
     for b in sorted(image.brokers.values(), key=lambda b: b.node_id):

@@ -121,6 +121,13 @@ class Assignment:
     elr: list[int] = field(default_factory=list)
     last_known_elr: list[int] = field(default_factory=list)
     leader_recovery_state: int = 0  # RECOVERED (0); RECOVERING (1) after an unclean election (KIP-704)
+    # a reassignment in progress (KIP-455): replicas joining, and leaving once those are in sync
+    adding_replicas: list[int] = field(default_factory=list)
+    removing_replicas: list[int] = field(default_factory=list)
+
+    @property
+    def reassigning(self) -> bool:
+        return bool(self.adding_replicas or self.removing_replicas)
 
     def merge(self, record: Any) -> None:
         """A PartitionChangeRecord applied, as Kafka's PartitionRegistration.merge: the leader
@@ -138,6 +145,10 @@ class Assignment:
             self.elr = list(record.eligible_leader_replicas)
         if getattr(record, "last_known_elr", None) is not None:
             self.last_known_elr = list(record.last_known_elr)
+        if record.adding_replicas is not None:
+            self.adding_replicas = list(record.adding_replicas)
+        if record.removing_replicas is not None:
+            self.removing_replicas = list(record.removing_replicas)
         self.partition_epoch += 1
 
 
@@ -226,7 +237,8 @@ class MetadataImage:
                 topic.assignments[record.partition_id] = Assignment(
                     list(record.replicas), list(record.isr), record.leader, record.leader_epoch, record.partition_epoch,
                     list(record.eligible_leader_replicas or ()),
-                    list(record.last_known_elr or ()), record.leader_recovery_state)
+                    list(record.last_known_elr or ()), record.leader_recovery_state,
+                    list(record.adding_replicas or ()), list(record.removing_replicas or ()))
         elif isinstance(record, M.PartitionChangeRecord):
             topic = self.topics_by_id.get(record.topic_id)
             assignment = topic.assignments.get(record.partition_id) if topic is not None else None

@@ -175,11 +175,11 @@ class MetadataStore:
         )
 
     def change_partition(self, topic: str, partition: int, leader: int | None = None,
-                         isr: list[int] | None = None) -> None:
-        """A new leader (-1: none) and/or in-sync replica set (PartitionChangeRecord)."""
+                         isr: list[int] | None = None, replicas: list[int] | None = None) -> None:
+        """A new leader (-1: none), in-sync replica set and/or replicas (PartitionChangeRecord)."""
         info = self.image.topics[topic]
         self._commit([M.PartitionChangeRecord(
-            topic_id=info.topic_id, partition_id=partition, isr=isr,
+            topic_id=info.topic_id, partition_id=partition, isr=isr, replicas=replicas,
             leader=NO_LEADER_CHANGE if leader is None else leader)])
 
     def delete_topic(self, name: str) -> TopicInfo:

@@ -69,9 +69,12 @@ class PartitionManager:
             partition.notify()
 
     async def remove_topic(self, topic: str) -> None:
-        """Forget the topic's partitions and wake their fetchers (here, on the event loop), then
-        delete their logs from disk (in a worker thread)."""
-        removed = [k for k in self.partitions if k[0] == topic]
+        await self.remove([k for k in self.partitions if k[0] == topic])
+
+    async def remove(self, keys: list[tuple[str, int]]) -> None:
+        """Forget these partitions and wake their fetchers (here, on the event loop), then delete
+        their logs from disk (in a worker thread)."""
+        removed = [k for k in keys if k in self.partitions]
         for key in removed:
             partition = self.partitions.pop(key)
             partition.deleted = True

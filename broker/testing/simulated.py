@@ -175,6 +175,15 @@ class SimulatedCluster:
         return int(value if value is not None else self.broker.config["min.insync.replicas"])
 
     # faults: the cluster changes -----------------------------------------------------------------
+    async def move_replicas(self, topic: str, partition: int, replicas: list[int]) -> None:
+        """A reassignment, done at once (nothing is replicated): the live ones of `replicas` are
+        in sync; the leader stays if it is one of them, else the first of them leads."""
+        leader = self.assignment(topic, partition)[0]
+        isr = [r for r in replicas if r not in self.down]
+        new_leader = leader if leader in isr else (isr[0] if isr else -1)
+        await self._reload(self._change(topic, partition, None if new_leader == leader else new_leader, isr,
+                                        replicas))
+
     async def move_leader(self, topic: str, partition: int, to: int | None = None) -> int:
         """Make another in-sync replica the leader (`to`, or the next one); returns it."""
         info = self.broker.metadata.topic(topic)
@@ -241,12 +250,12 @@ class SimulatedCluster:
         if node not in self.nodes:
             raise ValueError("no node %s in the simulated cluster (%s)" % (node, self.nodes))
 
-    def _change(self, topic: str, partition: int, leader: int | None, isr: list[int] | None
-                ) -> list[tuple[Any, int, bool]]:
+    def _change(self, topic: str, partition: int, leader: int | None, isr: list[int] | None,
+                replicas: list[int] | None = None) -> list[tuple[Any, int, bool]]:
         """Record a new leader and/or ISR, at once. A new leader starts a new leader epoch on the
         log, as Kafka's becoming leader does; returns the coordinator partitions to load again
         (runtime, partition, whether it has a leader)."""
-        self.broker.metadata.change_partition(topic, partition, leader=leader, isr=isr)
+        self.broker.metadata.change_partition(topic, partition, leader=leader, isr=isr, replicas=replicas)
         if leader is None:
             return []
         self._lead(topic, partition)

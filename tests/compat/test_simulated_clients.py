@@ -19,9 +19,11 @@ from aiokafka.admin import NewTopic as AioNewTopic  # noqa: E402
 from confluent_kafka import Consumer, Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer  # noqa: E402
+from kafka import TopicPartition as KafkaTopicPartition  # noqa: E402
 from kafka.admin import NewTopic as KpNewTopic  # noqa: E402
 
 from tests.compat.conftest import CompatBroker  # noqa: E402
+from tests.harness import wait_for  # noqa: E402
 
 BROKER_OVERRIDES = {"simulated.brokers": "3", "offsets.topic.num.partitions": "6"}
 NODES = {1, 2, 3}
@@ -94,6 +96,41 @@ def test_admin_clients_create_replicated_topics(kafka: CompatBroker) -> None:
         partitions = md.topics[name].partitions.values()
         assert all(sorted(p.replicas) == sorted(NODES) and sorted(p.isrs) == sorted(NODES) for p in partitions)
     assert {p.leader for p in md.topics["rf3-confluent"].partitions.values()} == NODES
+
+
+def test_kafka_python_reassigns_a_partition_at_once(kafka: CompatBroker, topic_name: str) -> None:
+    """Nothing is replicated in a simulated cluster: a reassignment completes in its answer, and the
+    new replicas (the first leading, the old leader gone) serve the records produced before."""
+    kp = KafkaAdminClient(bootstrap_servers=kafka.bootstrap_servers)
+    try:
+        kp.create_topics([KpNewTopic(topic_name, 1, 2)])
+        producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, "acks": "all"})
+        producer.produce(topic_name, b"before the move")
+        assert producer.flush(TIMEOUT) == 0
+        md = AdminClient({"bootstrap.servers": kafka.bootstrap_servers}).list_topics(topic_name, timeout=10)
+        [old] = md.topics[topic_name].partitions.values()
+        spare = next(n for n in NODES if n not in old.replicas)
+        target = [spare, next(r for r in old.replicas if r != old.leader)]
+        tp = KafkaTopicPartition(topic_name, 0)
+        assert kp.alter_partition_reassignments({tp: target}) == {tp: None}
+        assert kp.list_partition_reassignments() == {}
+    finally:
+        kp.close()
+
+    def moved() -> bool:
+        md = AdminClient({"bootstrap.servers": kafka.bootstrap_servers}).list_topics(topic_name, timeout=10)
+        [now] = md.topics[topic_name].partitions.values()
+        return now.replicas == target and now.leader == spare
+
+    wait_for(moved, TIMEOUT, what="the new replicas in the metadata")
+    consumer = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": topic_name,
+                         "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic_name])
+    try:
+        got = wait_for(lambda: consumer.poll(0.5), TIMEOUT, what="the record produced before the move")
+        assert got.error() is None and got.value() == b"before the move"
+    finally:
+        consumer.close()
 
 
 def test_confluent_through_moves_and_a_node_down(kafka: CompatBroker, topic_name: str) -> None:
