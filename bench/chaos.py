@@ -16,7 +16,8 @@ of the workload: the same as kill until partitions have replicas), pause (SIGSTO
 etcd_kill, etcd_pause; network partitions (the brokers and etcd then run each in a network
 namespace of tests/chaos/network.py; root, ip and iptables): isolate (a node cut off from the other
 brokers and etcd, its clients still reaching it), isolate_leader (the same, of a partition's
-leader), cut (a node's link down). With replication factor 1 every fault but the loss of a disk
+leader), cut (a node's link down); reassign (a partition's replicas moved away from its leader
+by AlterPartitionReassignments, and back). With replication factor 1 every fault but the loss of a disk
 is survivable without losing an acknowledged record; `--replication-factor 3
 --min-insync-replicas 2 --faults kill_leader,pause,isolate,isolate_leader,cut` is the run
 replication (issue 23) must pass.

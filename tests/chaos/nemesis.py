@@ -18,6 +18,10 @@ The faults (`Fault`), each held for `hold` seconds then healed:
   it cannot replicate); healed by removing the drops.
 - isolate_leader: the same, of the node leading a partition of the workload.
 - cut: a broker node's link down: it reaches nobody, clients included; healed by bringing it up.
+- reassign: a partition of the workload reassigned away from its leader (AlterPartitionReassignments
+  to the controller): its other replicas, or with one replica another node, which must copy the
+  log and take over; healed by reassigning it back to its replicas before (the node that left
+  copies it again).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from enum import StrEnum
+from typing import Protocol
 
 from tests.chaos.history import History, Kind
 from tests.cluster.harness import ETCD_MEMBER, ProcessCluster, member_name
@@ -44,10 +49,22 @@ class Fault(StrEnum):
     ISOLATE = "isolate"
     ISOLATE_LEADER = "isolate_leader"
     CUT = "cut"
+    REASSIGN = "reassign"
 
 
 NETWORK_FAULTS = frozenset({Fault.ISOLATE, Fault.ISOLATE_LEADER, Fault.CUT})  # the run needs its own network
-LEADER_FAULTS = frozenset({Fault.KILL_LEADER, Fault.ISOLATE_LEADER})  # their target is a partition
+LEADER_FAULTS = frozenset({Fault.KILL_LEADER, Fault.ISOLATE_LEADER})  # done to a partition's leader
+PARTITION_FAULTS = LEADER_FAULTS | {Fault.REASSIGN}  # their target is a partition
+
+
+class Reassigner(Protocol):
+    """How the nemesis reassigns a workload partition (tests/chaos/runner.py sends the requests)."""
+
+    def replicas(self, partition: int) -> tuple[int, list[int]]:
+        """The partition's leader (-1: none) and replicas, as the metadata has them now."""
+
+    def reassign(self, partition: int, replicas: list[int]) -> None:
+        """AlterPartitionReassignments; raises when it is refused."""
 
 
 ETCD = 0  # the target of an etcd fault
@@ -62,6 +79,7 @@ HOLDS: dict[Fault, tuple[float, float]] = {
     Fault.ISOLATE: (1.0, 5.0),
     Fault.ISOLATE_LEADER: (1.0, 5.0),
     Fault.CUT: (1.0, 5.0),
+    Fault.REASSIGN: (1.0, 5.0),
 }
 QUIET = (0.5, 2.5)  # seconds between a heal and the next fault
 
@@ -76,6 +94,8 @@ class Step:
     def describe(self) -> str:
         if self.fault in LEADER_FAULTS:
             where = "leader of partition %d" % self.target
+        elif self.fault is Fault.REASSIGN:
+            where = "partition %d" % self.target
         elif self.target == ETCD:
             where = "etcd"
         else:
@@ -98,7 +118,7 @@ def schedule(seed: int, duration: float, faults: Iterable[Fault], nodes: Sequenc
             order = rng.sample(kinds, len(kinds))
         fault = order.pop()
         hold = round(rng.uniform(*HOLDS[fault]), 2)
-        if fault in LEADER_FAULTS:
+        if fault in PARTITION_FAULTS:
             target = rng.randrange(partitions)
         elif fault in (Fault.ETCD_KILL, Fault.ETCD_PAUSE):
             target = ETCD
@@ -113,14 +133,16 @@ def schedule(seed: int, duration: float, faults: Iterable[Fault], nodes: Sequenc
 
 class Nemesis:
     """Runs `steps` against `cluster` in a thread. `leader_of(partition)` names the node leading
-    a workload partition (-1: none known), for kill_leader."""
+    a workload partition (-1: none known), for kill_leader; `reassigner` moves its replicas."""
 
     def __init__(self, cluster: ProcessCluster, history: History, steps: Sequence[Step],
-                 leader_of: Callable[[int], int]) -> None:
+                 leader_of: Callable[[int], int], reassigner: Reassigner | None = None) -> None:
         self.cluster = cluster
         self.history = history
         self.steps = list(steps)
         self.leader_of = leader_of
+        self.reassigner = reassigner
+        self.reassigned: dict[int, list[int]] = {}  # partition -> its replicas before
         self.stopping = threading.Event()
         self.killed: set[int] = set()  # broker nodes down (ETCD for etcd)
         self.paused: set[int] = set()
@@ -161,6 +183,14 @@ class Nemesis:
             leader = self.leader_of(step.target)
             target = leader if leader in self.cluster.nodes else sorted(self.cluster.nodes)[
                 step.target % len(self.cluster.nodes)]
+        if step.fault is Fault.REASSIGN:
+            assert self.reassigner is not None, "a reassign fault needs a reassigner"
+            leader, before = self.reassigner.replicas(target)
+            after = [r for r in before if r != leader] or [next(n for n in sorted(self.cluster.nodes) if n != leader)]
+            self._record("start", step.fault, target, {**asdict(step), "from": before, "to": after})
+            self.reassigner.reassign(target, after)
+            self.reassigned[target] = before
+            return target
         self._record("start", step.fault, target, asdict(step))
         if step.fault in (Fault.KILL, Fault.KILL_LEADER):
             self.cluster.node(target).kill()
@@ -187,7 +217,11 @@ class Nemesis:
         return target
 
     def _heal(self, fault: Fault, target: int) -> None:
-        if fault in NETWORK_FAULTS:
+        if fault is Fault.REASSIGN:
+            if target not in self.reassigned or self.reassigner is None:
+                return
+            self.reassigner.reassign(target, self.reassigned.pop(target))
+        elif fault in NETWORK_FAULTS:
             if target not in self.parted:
                 return
             assert self.cluster.network is not None
@@ -210,6 +244,12 @@ class Nemesis:
         self._record("heal", fault, target, None)
 
     def heal_all(self) -> None:
+        for partition in sorted(self.reassigned):
+            try:
+                self._heal(Fault.REASSIGN, partition)
+            except Exception as e:  # the cluster may not take it yet: the partition keeps its new replicas
+                self._record("error", Fault.REASSIGN, partition, "%s: %s" % (type(e).__name__, e))
+                self.reassigned.pop(partition, None)
         for target in sorted(self.parted):
             self._heal(Fault.ISOLATE, target)
         for target in sorted(self.paused):

@@ -22,16 +22,18 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from protocol import messages as M
 from tests.chaos.checker import Violation, check, summary
 from tests.chaos.history import History, Kind
 from tests.chaos.nemesis import NETWORK_FAULTS, Fault, Nemesis, describe, schedule
 from tests.chaos.network import Network
 from tests.chaos.workload import GroupMember, IdempotentProducer, ShareMember, TransactionalProducer, Worker
 from tests.cluster.harness import ETCD_MEMBER, ProcessCluster, member_name
-from tests.cluster.nodes import create_topic, leaders, start_cluster, wait_leaders, wait_live
+from tests.cluster.nodes import call, create_topic, leaders, metadata, start_cluster, wait_leaders, wait_live
 from tests.harness import wait_for
 
 IDEMPOTENT_TOPIC = "chaos-idempotent"
+ALTER_PARTITION_REASSIGNMENTS = 45
 TXN_TOPIC = "chaos-txn"
 # group and share timings short enough for a run of seconds (Kafka's defaults stay the defaults)
 OVERRIDES = {
@@ -127,7 +129,7 @@ def _run(config: RunConfig, base: Path, network: Network | None) -> RunResult:
         workers = make_workers(cluster, history, config)
         for worker in workers:
             worker.start()
-        nemesis = Nemesis(cluster, history, steps, lambda p: _leader_of(cluster, p))
+        nemesis = Nemesis(cluster, history, steps, lambda p: _leader_of(cluster, p), TopicReassigner(cluster))
         t0 = time.monotonic()
         nemesis.start(t0)
         time.sleep(max(0.0, t0 + config.duration - time.monotonic()))  # the run's length, not a wait on a condition
@@ -209,6 +211,46 @@ def wait_controller(cluster: ProcessCluster, timeout: float) -> None:
         return code in (0, 36)  # created, or TOPIC_ALREADY_EXISTS (an earlier try made it)
 
     wait_for(created, timeout, interval=0.2, what="an active controller (CreateTopics %s)" % name)
+
+
+class TopicReassigner:
+    """The nemesis' reassignments of the idempotent topic's partitions, sent to a running node
+    (which forwards them to the controller)."""
+
+    def __init__(self, cluster: ProcessCluster) -> None:
+        self.cluster = cluster
+
+    def _ports(self) -> list[int]:
+        return [p.port for p in self.cluster.nodes.values() if p.proc is not None and p.proc.poll() is None]
+
+    def replicas(self, partition: int) -> tuple[int, list[int]]:
+        for port in self._ports():
+            try:
+                found = metadata(port, [IDEMPOTENT_TOPIC]).topics[0].partitions
+            except (OSError, AssertionError):
+                continue
+            for p in found:
+                if p.partition_index == partition:
+                    return p.leader_id, list(p.replica_nodes)
+        raise RuntimeError("no node answered the metadata of %s-%d" % (IDEMPOTENT_TOPIC, partition))
+
+    def reassign(self, partition: int, replicas: list[int]) -> None:
+        R = M.AlterPartitionReassignmentsRequest
+        request = R(timeout_ms=10000, allow_replication_factor_change=True, topics=[R.ReassignableTopic(
+            name=IDEMPOTENT_TOPIC, partitions=[R.ReassignablePartition(
+                partition_index=partition, replicas=replicas)])])
+        error = "no node running"
+        for port in self._ports():
+            try:
+                response = call(port, ALTER_PARTITION_REASSIGNMENTS, 0, request, timeout=15)
+            except (OSError, AssertionError) as e:
+                error = str(e)
+                continue
+            answer = response.responses[0].partitions[0] if not response.error_code else response
+            if not answer.error_code:
+                return
+            error = "error %d: %s" % (answer.error_code, answer.error_message)
+        raise RuntimeError("reassigning %s-%d to %s failed: %s" % (IDEMPOTENT_TOPIC, partition, replicas, error))
 
 
 def _leader_of(cluster: ProcessCluster, partition: int) -> int:

@@ -3,7 +3,8 @@ etcd: the workload under faults a replication factor of one survives (kill -9 an
 node, pauses, etcd killed or paused), several seeds, nothing the checker flags. Leader kills
 and pauses with replication factor 3 and min.insync.replicas 2 too (replication, issue 23), and
 network partitions (a leader or any node cut off from the other brokers and etcd, a node's link
-down), the brokers and etcd each in a network namespace. A failing run prints its seed and
+down), the brokers and etcd each in a network namespace, and partitions reassigned away from their
+leaders and back. A failing run prints its seed and
 schedule; `bench/chaos.py --seed N` replays it."""
 
 from __future__ import annotations
@@ -47,6 +48,16 @@ def test_leader_kills_with_three_replicas(tmp_path: Path, seed: int) -> None:
     verdict(RunConfig(seed=seed, duration=15, faults=(Fault.KILL_LEADER, Fault.PAUSE),
                       replication_factor=3,
                       min_insync_replicas=2), tmp_path)
+
+
+@pytest.mark.timeout(110)
+def test_reassignments_and_leader_kills_with_three_replicas(tmp_path: Path) -> None:
+    config = RunConfig(seed=1, duration=15, faults=(Fault.REASSIGN, Fault.KILL_LEADER), replication_factor=3,
+                       min_insync_replicas=2)
+    verdict(config, tmp_path)
+    moved = [e for e in load(tmp_path / "history.jsonl")
+             if e.kind is Kind.NEMESIS and e["fault"] == Fault.REASSIGN and e["op"] == "heal"]
+    assert moved, "no reassignment was done and undone"
 
 
 @pytest.mark.timeout(150)

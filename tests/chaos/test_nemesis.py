@@ -3,7 +3,7 @@ others for another, every fault kind once before any twice, all healed within th
 
 from __future__ import annotations
 
-from tests.chaos.nemesis import ETCD, LEADER_FAULTS, Fault, schedule
+from tests.chaos.nemesis import ETCD, PARTITION_FAULTS, Fault, schedule
 
 ALL = tuple(Fault)
 
@@ -28,7 +28,7 @@ def test_targets_fit_the_fault() -> None:
     for step in steps:
         if step.fault in (Fault.ETCD_KILL, Fault.ETCD_PAUSE):
             assert step.target == ETCD
-        elif step.fault in LEADER_FAULTS:
+        elif step.fault in PARTITION_FAULTS:
             assert step.target in (0, 1)
         else:
             assert step.target in (4, 5)

@@ -261,3 +261,19 @@ def read_to_end(cluster: ProcessCluster, topic: str, partitions: int, want: int,
     finally:
         consumer.close()
     return got
+
+
+def produce_acked(cluster: ProcessCluster, topic: str, tag: str, n: int, linger_ms: int = 0) -> list[bytes]:
+    """`n` records to partition 0 of `topic` with acks=all (idempotent, confluent-kafka); the
+    values acknowledged, every one of them (a failed send fails the test)."""
+    from confluent_kafka import Producer
+
+    acked: list[bytes] = []
+    errors: list[Any] = []
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True,
+                         "linger.ms": linger_ms, "message.timeout.ms": 30000})
+    for i in range(n):
+        producer.produce(topic, b"%s-%d" % (tag.encode(), i), partition=0,
+                         on_delivery=lambda err, msg: (errors if err else acked).append(err or msg.value()))
+    assert producer.flush(40) == 0 and not errors, errors
+    return acked

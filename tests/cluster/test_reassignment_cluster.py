@@ -7,16 +7,21 @@ is left."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
-from confluent_kafka import Producer
 from kafka import KafkaAdminClient
 from kafka import TopicPartition as KafkaTopicPartition
 from kafka.errors import NoReassignmentInProgressError
 
 from tests.cluster.harness import ProcessCluster
-from tests.cluster.nodes import logged_errors, metadata, read_to_end, running_cluster, wait_leaders
+from tests.cluster.nodes import (
+    logged_errors,
+    metadata,
+    produce_acked,
+    read_to_end,
+    running_cluster,
+    wait_leaders,
+)
 from tests.harness import wait_for
 
 pytestmark = pytest.mark.timeout(150)
@@ -24,15 +29,7 @@ TOPIC = "moving"
 
 
 def produce(cluster: ProcessCluster, tag: str, n: int) -> list[bytes]:
-    acked: list[bytes] = []
-    errors: list[Any] = []
-    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True,
-                         "linger.ms": 5, "message.timeout.ms": 30000})
-    for i in range(n):
-        producer.produce(TOPIC, b"%s-%d" % (tag.encode(), i), partition=0,
-                         on_delivery=lambda err, msg: (errors if err else acked).append(err or msg.value()))
-    assert producer.flush(40) == 0 and not errors, errors
-    return acked
+    return produce_acked(cluster, TOPIC, tag, n, linger_ms=5)
 
 
 def replicas(port: int) -> list[int]:

@@ -10,15 +10,22 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from confluent_kafka import ElectionType, Producer, TopicPartition
+from confluent_kafka import ElectionType, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from protocol.records import iter_batches
 from tests.cluster.harness import ProcessCluster
-from tests.cluster.nodes import create_topic, metadata, read_to_end, running_cluster, wait_leaders, wait_live
+from tests.cluster.nodes import (
+    create_topic,
+    metadata,
+    produce_acked,
+    read_to_end,
+    running_cluster,
+    wait_leaders,
+    wait_live,
+)
 from tests.harness import wait_for
 
 pytestmark = pytest.mark.timeout(150)
@@ -32,15 +39,7 @@ def cluster(tmp_path: Path) -> Iterator[ProcessCluster]:
 
 
 def produce(cluster: ProcessCluster, tag: str, n: int = 10) -> list[bytes]:
-    acked: list[bytes] = []
-    errors: list[Any] = []
-    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True,
-                         "linger.ms": 0, "message.timeout.ms": 30000})
-    for i in range(n):
-        producer.produce(TOPIC, b"%s-%d" % (tag.encode(), i), partition=0,
-                         on_delivery=lambda err, msg: (errors if err else acked).append(err or msg.value()))
-    assert producer.flush(40) == 0 and not errors, errors
-    return acked
+    return produce_acked(cluster, TOPIC, tag, n)
 
 
 def batches(cluster: ProcessCluster, node: int) -> list[bytes]:
