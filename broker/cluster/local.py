@@ -74,6 +74,7 @@ class LocalBroker:
         if partition is None:
             return
         self.fetchers.remove_partition((topic, index))
+        b.log_dir_mover.cancel(topic, index)
         await b.partitions.remove([(topic, index)])
         log.info("replica deleted: reassigned to other brokers", topic=topic, partition=index)
         if partition.is_leader and b.share_manager is not None:

@@ -123,6 +123,12 @@ class LogDirMover:
             if t == topic:
                 future.task.cancel()
 
+    def cancel(self, topic: str, index: int) -> None:
+        """The partition's replica is going (reassigned away): its move stops."""
+        future = self.futures.get((topic, index))
+        if future is not None:
+            future.task.cancel()
+
     async def stop(self) -> None:
         tasks = [f.task for f in self.futures.values()]
         for task in tasks:
