@@ -3,7 +3,8 @@ three-node cluster on etcd, for as long as asked, reproducible from its seed.
 
     python bench/chaos.py --seed N [--duration 120] [--faults kill,pause,etcd_kill,etcd_pause]
                           [--replication-factor 1] [--min-insync-replicas 1] [--partitions 3]
-                          [--producers 2] [--members 2] [--rate 30] [--keep DIR] [--json PATH]
+                          [--producers 2] [--members 2] [--rate 30] [--etcd-members 1] [--keep DIR]
+                          [--json PATH]
 
 Prints the fault schedule the seed draws, what the run did (records acknowledged, read, committed,
 delivered to share members, transactions committed and aborted, faults done), how long each
@@ -13,7 +14,7 @@ when the run passes) for post-mortem: `python -c "from tests.chaos.history impor
 
 Faults: kill (kill -9 and restart of a broker node), kill_leader (of the node leading a partition
 of the workload: the same as kill until partitions have replicas), pause (SIGSTOP/SIGCONT),
-etcd_kill, etcd_pause; network partitions (the brokers and etcd then run each in a network
+etcd_kill, etcd_pause (of one member, drawn from the seed, with `--etcd-members 3`); network partitions (the brokers and etcd then run each in a network
 namespace of tests/chaos/network.py; root, ip and iptables): isolate (a node cut off from the other
 brokers and etcd, its clients still reaching it), isolate_leader (the same, of a partition's
 leader), cut (a node's link down); reassign (a partition's replicas moved away from its leader
@@ -54,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--producers", type=int, default=2)
     parser.add_argument("--members", type=int, default=2)
     parser.add_argument("--rate", type=float, default=30.0, help="records/s of each idempotent producer")
+    parser.add_argument("--etcd-members", type=int, default=1,
+                        help="an etcd cluster of this many members (not with network faults)")
     parser.add_argument("--client-debug", action="store_true",
                         help="each client's librdkafka debug log into <keep>/clients/<client>.log")
     parser.add_argument("--keep", type=Path, help="directory for the cluster's data and the history (kept)")
@@ -64,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     config = RunConfig(seed=args.seed, duration=args.duration, faults=faults, nodes=args.nodes,
                        replication_factor=args.replication_factor, min_insync_replicas=args.min_insync_replicas,
                        partitions=args.partitions, producers=args.producers, members=args.members, rate=args.rate,
-                       client_debug=args.client_debug)
+                       client_debug=args.client_debug, etcd_members=args.etcd_members)
     base = args.keep or Path(tempfile.mkdtemp(prefix="chaos-%d-" % args.seed))
     result = run(config, base)
     print(result.report())

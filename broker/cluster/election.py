@@ -160,7 +160,10 @@ class Session:
         while True:
             sent = self.clock()
             try:
-                ttl = await within(max(0.1, self.expires_in), self.etcd.keep_alive(lease))
+                # a member that does not answer within the interval (paused, cut off) is left for
+                # the next one while the lease still runs: the bound of the whole wait alone would
+                # cancel the call before the client gives that member up, and ask it again
+                ttl = await within(max(0.1, self.expires_in), self.etcd.keep_alive(lease, timeout=interval))
                 self._expires = sent + ttl
                 await asyncio.sleep(interval)
             except LeaseNotFound:

@@ -200,8 +200,10 @@ class Etcd(Protocol):
     async def grant_lease(self, ttl_seconds: int) -> int:
         """A new lease id; etcd may raise the TTL to its minimum."""
 
-    async def keep_alive(self, lease_id: int) -> int:
-        """Refresh the lease; returns its TTL in seconds; LeaseNotFound when it expired."""
+    async def keep_alive(self, lease_id: int, timeout: float | None = None) -> int:
+        """Refresh the lease; returns its TTL in seconds; LeaseNotFound when it expired.
+        `timeout`: a member that does not answer within it is given up for the next one
+        (EtcdUnavailable), so that the lease is kept alive elsewhere before it runs out."""
 
     async def revoke_lease(self, lease_id: int) -> None: ...
 

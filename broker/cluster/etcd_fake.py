@@ -258,7 +258,7 @@ class FakeEtcd:
         self._leases[lease_id] = _Lease(ttl, self.clock() + ttl)
         return lease_id
 
-    async def keep_alive(self, lease_id: int) -> int:
+    async def keep_alive(self, lease_id: int, timeout: float | None = None) -> int:
         self._check()
         lease = self._leases.get(lease_id)
         if lease is None:

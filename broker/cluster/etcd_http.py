@@ -309,9 +309,9 @@ class HttpEtcd:
             raise EtcdError("etcd refused a lease: %s" % result["error"])
         return int(result["ID"])
 
-    async def keep_alive(self, lease_id: int) -> int:
+    async def keep_alive(self, lease_id: int, timeout: float | None = None) -> int:
         # one request on the keep-alive stream; the answer's TTL is 0 (absent) once the lease is gone
-        result = await self._call("/v3/lease/keepalive", {"ID": lease_id})
+        result = await self._call("/v3/lease/keepalive", {"ID": lease_id}, timeout)
         if "error" in result:
             raise _error_of(500, json.dumps(result["error"]).encode(), self._urls[self._current])
         ttl = int(result.get("result", {}).get("TTL", 0))

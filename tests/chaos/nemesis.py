@@ -10,8 +10,9 @@ The faults (`Fault`), each held for `hold` seconds then healed:
   the step begins (the schedule names the partition; with replication factor 1 it is a kill).
 - pause: SIGSTOP of a broker node; healed by SIGCONT (a hold past broker.session.timeout.ms gets
   it fenced, and its leases in etcd run out).
-- etcd_kill: kill -9 of the etcd member; healed by starting it again on its data directory.
-- etcd_pause: SIGSTOP of the etcd member; healed by SIGCONT.
+- etcd_kill: kill -9 of an etcd member (the only one, or one drawn from the seed when etcd has
+  several); healed by starting it again on its data directory.
+- etcd_pause: SIGSTOP of an etcd member; healed by SIGCONT.
 - isolate: a network partition (the run's brokers and etcd each in a network namespace of
   tests/chaos/network.py): a broker node cut off from the other brokers and from etcd, both ways,
   while the clients still reach it (the old leader of a split brain: it must not acknowledge what
@@ -36,6 +37,7 @@ from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Protocol
 
+from broker.testing.etcd import EtcdMember
 from tests.chaos.history import History, Kind
 from tests.cluster.harness import ETCD_MEMBER, ProcessCluster, member_name
 
@@ -67,7 +69,11 @@ class Reassigner(Protocol):
         """AlterPartitionReassignments; raises when it is refused."""
 
 
-ETCD = 0  # the target of an etcd fault
+ETCD = 0  # the target of an etcd fault: member 0; member i of several is ETCD - i
+
+
+def is_etcd(target: int) -> bool:
+    return target <= ETCD  # broker node ids are 1 and up
 # seconds a fault is held, by kind: short enough that a run of a few seconds sees several faults,
 # long enough that a pause sometimes outlives the cluster's 3 s broker session (FAST)
 HOLDS: dict[Fault, tuple[float, float]] = {
@@ -98,13 +104,15 @@ class Step:
             where = "partition %d" % self.target
         elif self.target == ETCD:
             where = "etcd"
+        elif is_etcd(self.target):
+            where = "etcd member %d" % (ETCD - self.target)
         else:
             where = "node %d" % self.target
         return "%6.2f s  %-11s %-22s for %.2f s" % (self.at, self.fault, where, self.hold)
 
 
 def schedule(seed: int, duration: float, faults: Iterable[Fault], nodes: Sequence[int], partitions: int,
-             first: float = 1.0) -> list[Step]:
+             first: float = 1.0, etcd_members: int = 1) -> list[Step]:
     """The faults of a run: one at a time from `first` seconds on, each healed before the next,
     all healed by `duration`. Every kind comes once (in an order drawn from the seed) before
     any comes again, so a short run still covers them all."""
@@ -121,7 +129,7 @@ def schedule(seed: int, duration: float, faults: Iterable[Fault], nodes: Sequenc
         if fault in PARTITION_FAULTS:
             target = rng.randrange(partitions)
         elif fault in (Fault.ETCD_KILL, Fault.ETCD_PAUSE):
-            target = ETCD
+            target = ETCD if etcd_members == 1 else ETCD - rng.randrange(etcd_members)
         else:
             target = rng.choice(list(nodes))
         if at + hold > duration:
@@ -199,11 +207,11 @@ class Nemesis:
             self._signal(self._pid(target), signal.SIGSTOP)
             self.paused.add(target)
         elif step.fault is Fault.ETCD_KILL:
-            self.cluster.etcd.kill()
-            self.killed.add(ETCD)
+            self._etcd(target).kill()
+            self.killed.add(target)
         elif step.fault is Fault.ETCD_PAUSE:
-            self.cluster.etcd.pause()
-            self.paused.add(ETCD)
+            self._etcd(target).pause()
+            self.paused.add(target)
         elif step.fault in NETWORK_FAULTS:
             network = self.cluster.network
             assert network is not None, "a network fault needs the cluster in a network of its own"
@@ -228,14 +236,14 @@ class Nemesis:
             self.cluster.network.heal()  # one fault at a time: whatever is cut is this one's
             self.parted.clear()
         elif target in self.paused and fault in (Fault.PAUSE, Fault.ETCD_PAUSE):
-            if target == ETCD:
-                self.cluster.etcd.resume()
+            if is_etcd(target):
+                self._etcd(target).resume()
             else:
                 self._signal(self._pid(target), signal.SIGCONT)
             self.paused.discard(target)
         elif target in self.killed:
-            if target == ETCD:
-                self.cluster.etcd.start(timeout=30)
+            if is_etcd(target):
+                self._etcd(target).start(timeout=30)
             else:
                 self.cluster.restart(target)
             self.killed.discard(target)
@@ -253,9 +261,12 @@ class Nemesis:
         for target in sorted(self.parted):
             self._heal(Fault.ISOLATE, target)
         for target in sorted(self.paused):
-            self._heal(Fault.ETCD_PAUSE if target == ETCD else Fault.PAUSE, target)
+            self._heal(Fault.ETCD_PAUSE if is_etcd(target) else Fault.PAUSE, target)
         for target in sorted(self.killed):
-            self._heal(Fault.ETCD_KILL if target == ETCD else Fault.KILL, target)
+            self._heal(Fault.ETCD_KILL if is_etcd(target) else Fault.KILL, target)
+
+    def _etcd(self, target: int) -> EtcdMember:
+        return self.cluster.etcd_members[ETCD - target]
 
     def _pid(self, node: int) -> int:
         proc = self.cluster.node(node).proc

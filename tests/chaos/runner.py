@@ -65,6 +65,7 @@ class RunConfig:
     drain_timeout: float = 30.0  # for producers to flush and members to leave, after the faults
     final_timeout: float = 30.0  # for the final read
     client_debug: bool = False  # each client's librdkafka debug log in <base>/clients/
+    etcd_members: int = 1  # several: an etcd cluster, whose members the etcd faults hit one at a time
 
 
 @dataclass
@@ -114,7 +115,7 @@ def _run(config: RunConfig, base: Path, network: Network | None) -> RunResult:
     seconds: dict[str, float] = {}
     began = time.monotonic()
     overrides = {**OVERRIDES, "min.insync.replicas": str(config.min_insync_replicas)}
-    cluster = start_cluster(base / "cluster", config.nodes, overrides, network)
+    cluster = start_cluster(base / "cluster", config.nodes, overrides, network, etcd_members=config.etcd_members)
     nemesis: Nemesis | None = None
     workers: list[Worker] = []
     stuck: list[str] = []
@@ -122,7 +123,8 @@ def _run(config: RunConfig, base: Path, network: Network | None) -> RunResult:
     try:
         create_topics(cluster, config)
         seconds["start"] = time.monotonic() - began
-        steps = schedule(config.seed, config.duration, config.faults, sorted(cluster.nodes), config.partitions)
+        steps = schedule(config.seed, config.duration, config.faults, sorted(cluster.nodes), config.partitions,
+                         etcd_members=config.etcd_members)
         history.add(Kind.RUN, "runner", op="begin", detail={"config": _jsonable(asdict(config)),
                                                              "schedule": [asdict(s) for s in steps]})
         print("seed %d, schedule:\n%s" % (config.seed, describe(steps)))

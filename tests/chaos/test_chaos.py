@@ -4,7 +4,7 @@ node, pauses, etcd killed or paused), several seeds, nothing the checker flags. 
 and pauses with replication factor 3 and min.insync.replicas 2 too (replication, issue 23), and
 network partitions (a leader or any node cut off from the other brokers and etcd, a node's link
 down), the brokers and etcd each in a network namespace, and partitions reassigned away from their
-leaders and back. A failing run prints its seed and
+leaders and back; and one etcd member of three killed or paused at a time. A failing run prints its seed and
 schedule; `bench/chaos.py --seed N` replays it."""
 
 from __future__ import annotations
@@ -58,6 +58,12 @@ def test_reassignments_and_leader_kills_with_three_replicas(tmp_path: Path) -> N
     moved = [e for e in load(tmp_path / "history.jsonl")
              if e.kind is Kind.NEMESIS and e["fault"] == Fault.REASSIGN and e["op"] == "heal"]
     assert moved, "no reassignment was done and undone"
+
+
+@pytest.mark.timeout(110)
+def test_etcd_member_faults_with_three_members(tmp_path: Path) -> None:
+    verdict(RunConfig(seed=1, duration=15, faults=(Fault.ETCD_KILL, Fault.ETCD_PAUSE, Fault.KILL_LEADER),
+                      replication_factor=3, min_insync_replicas=2, etcd_members=3), tmp_path)
 
 
 @pytest.mark.timeout(150)

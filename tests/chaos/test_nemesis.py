@@ -39,3 +39,9 @@ def test_only_the_faults_asked_for() -> None:
     steps = schedule(1, 100, [Fault.PAUSE], [1, 2, 3], 3)
     assert len(steps) > 5 and {s.fault for s in steps} == {Fault.PAUSE}
     assert schedule(1, 100, [], [1, 2, 3], 3) == []
+
+
+def test_etcd_faults_hit_one_member_of_several() -> None:
+    steps = schedule(5, 400, [Fault.ETCD_KILL, Fault.ETCD_PAUSE], [1, 2, 3], 3, etcd_members=3)
+    assert {s.target for s in steps} == {ETCD, ETCD - 1, ETCD - 2}
+    assert all(s.target == ETCD for s in schedule(5, 400, [Fault.ETCD_KILL], [1, 2, 3], 3))

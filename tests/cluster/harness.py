@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from broker.testing.etcd import EtcdMember
+from broker.testing.etcd import EtcdCluster, EtcdMember
 from tests.harness import HOSTS, BrokerProcess, free_port, wait_for
 
 if TYPE_CHECKING:
@@ -31,15 +31,24 @@ FAST = {  # the cluster notices a dead node within seconds, not Kafka's 9 s
 
 
 class ProcessCluster:
+    """`etcd_members` above one: an etcd cluster of that many members (on 127.0.0.1; not with a
+    `network`), every node given all their endpoints; `etcd` is the first of them."""
+
     def __init__(self, base: Path, size: int = 3, overrides: dict[str, str] | None = None,
-                 network: Network | None = None, node_overrides: dict[int, dict[str, str]] | None = None) -> None:
+                 network: Network | None = None, node_overrides: dict[int, dict[str, str]] | None = None,
+                 etcd_members: int = 1) -> None:
         self.base = base
         self.network = network
-        if network is None:
-            self.etcd = EtcdMember(base / "etcd")
+        if network is None and etcd_members > 1:
+            self.etcd_members = EtcdCluster(base / "etcd", etcd_members).members
+        elif network is None:
+            self.etcd_members = [EtcdMember(base / "etcd")]
+        elif etcd_members == 1:
+            self.etcd_members = [EtcdMember(base / "etcd", client_port=2379, peer_port=2380,
+                                            host=network.address(ETCD_MEMBER), prefix=network.exec_prefix(ETCD_MEMBER))]
         else:
-            self.etcd = EtcdMember(base / "etcd", client_port=2379, peer_port=2380, host=network.address(ETCD_MEMBER),
-                                   prefix=network.exec_prefix(ETCD_MEMBER))
+            raise ValueError("a cluster in a network of its own has one etcd member")
+        self.etcd = self.etcd_members[0]
         self.overrides = {**FAST, **(overrides or {})}
         self.nodes: dict[int, BrokerProcess] = {}
         for node_id in range(1, size + 1):
@@ -56,10 +65,17 @@ class ProcessCluster:
         return BrokerProcess(data, port, overrides=overrides, host=self.network.address(member),
                              prefix=self.network.exec_prefix(member))
 
+    @property
+    def etcd_endpoints(self) -> str:
+        return ",".join(m.client_url for m in self.etcd_members)
+
     def start(self) -> ProcessCluster:
-        self.etcd.start()
+        for member in self.etcd_members:  # all launched before any is waited on: they need each other
+            member.launch()
+        for member in self.etcd_members:
+            member.wait_healthy(20)
         for process in self.nodes.values():
-            process.overrides["etcd.endpoints"] = self.etcd.client_url
+            process.overrides["etcd.endpoints"] = self.etcd_endpoints
             process.start(timeout=40)
         return self
 
@@ -80,7 +96,8 @@ class ProcessCluster:
         for process in self.nodes.values():
             if process.proc is not None and process.proc.poll() is None:
                 process.stop()
-        self.etcd.stop()
+        for member in self.etcd_members:
+            member.stop()
         for process in self.nodes.values():
             HOSTS.pop(process.port, None)  # the port may serve on 127.0.0.1 in a later test
 

@@ -128,10 +128,10 @@ def wait_leaders(cluster: ProcessCluster, topic: str, expect: Callable[[dict[int
 
 
 def start_cluster(base: Path, size: int = 3, overrides: dict[str, str] | None = None,
-                  network: Network | None = None, node_overrides: dict[int, dict[str, str]] | None = None
-                  ) -> ProcessCluster:
+                  network: Network | None = None, node_overrides: dict[int, dict[str, str]] | None = None,
+                  etcd_members: int = 1) -> ProcessCluster:
     """A ProcessCluster whose nodes are all live (registered, unfenced) in every node's Metadata."""
-    cluster = ProcessCluster(base, size, overrides, network, node_overrides)
+    cluster = ProcessCluster(base, size, overrides, network, node_overrides, etcd_members)
     try:
         cluster.start()
         wait_live(cluster)

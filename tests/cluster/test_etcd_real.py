@@ -210,6 +210,27 @@ async def test_three_members_losing_the_one_a_client_talks_to(etcd_cluster: Etcd
         await client.close()
 
 
+async def test_a_session_outlives_the_pause_of_the_member_it_talks_to(etcd_cluster: EtcdCluster) -> None:
+    """A paused member answers nothing and refuses nothing: the session's keep-alive gives it up
+    within a third of the lease and goes to another member, before the 2 s lease runs out (the
+    client's own 5 s timeout is longer than the lease)."""
+    client = HttpEtcd(etcd_cluster.endpoints)
+    session = Session(client, 2000)
+    await session.start()
+    try:
+        etcd_cluster.members[0].pause()  # the member the client uses first
+        try:
+            await asyncio.sleep(4)  # two lease lengths: a lease kept alive on member 0 alone would be gone
+            assert not session.lost.is_set(), "the lease was lost while a majority of etcd was up"
+            assert session.generation == 1
+            assert await client.keep_alive(session.lease) > 0
+        finally:
+            etcd_cluster.members[0].resume()
+    finally:
+        await session.close()
+        await client.close()
+
+
 async def test_a_watch_on_a_member_cut_off_from_the_majority_ends(etcd_cluster: EtcdCluster) -> None:
     """With `hasleader`, a member that lost the raft leader cancels its watches instead of leaving
     them silent, so a node's watch moves to a member of the majority."""

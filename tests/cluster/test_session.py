@@ -18,10 +18,10 @@ class HeldKeepAlive(FakeEtcd):
         super().__init__()
         self.gate: asyncio.Future[None] | None = None
 
-    async def keep_alive(self, lease: int) -> int:
+    async def keep_alive(self, lease: int, timeout: float | None = None) -> int:
         self.gate = asyncio.get_running_loop().create_future()
         await self.gate
-        return await super().keep_alive(lease)
+        return await super().keep_alive(lease, timeout)
 
 
 async def test_close_while_a_keep_alive_is_being_answered() -> None:
