@@ -243,10 +243,7 @@ class ClusterMode(LocalBroker):
         await self.node.stop(clean)
         await self.publisher.stop()
 
-    # the cluster as clients see it -------------------------------------------------------------
-    def controller_id(self) -> int:
-        return self.node.controller_id
-
+    # the cluster as clients see it (the rest is self.view, broker.apis.topology's Topology) -------
     def quorum(self, directory_id: uuid.UUID) -> QuorumState:
         """The controller leads the metadata log (its epoch, the controller epoch); the other
         registered brokers replay it (observers; what they have replayed is known here only for

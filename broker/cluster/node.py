@@ -3,8 +3,9 @@ candidacy and its life as a registered broker.
 
 Start-up, in order (`connect`, then `start`, then `start_lifecycle` once the listeners are bound):
 etcd must answer within `initial.broker.registration.timeout.ms` (the node waits for it, as a
-Kafka broker waits for its controller quorum; then it gives up and does not start); the cluster id is the one in etcd, made by the
-first node (`cluster.id` or meta.properties pin it; a node of another cluster refuses to start);
+Kafka broker waits for its controller quorum; then it gives up and does not start); the cluster
+id is the one in etcd, made by the first node (`cluster.id` or meta.properties pin it; a node of
+another cluster refuses to start);
 the node takes a lease and claims its node.id (a second process with the same id refuses to
 start); its image is its last local snapshot caught up with the log in etcd; it becomes a
 candidate for the controller; once it listens it registers with the active controller

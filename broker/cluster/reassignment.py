@@ -34,10 +34,10 @@ def reassign(changes: Changes, topic_name: str, index: int, target: list[int] | 
     if index not in topic.assignments:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "Unable to find partition %s:%d." % (topic_name, index)
     a = changes.assignment(topic, index)
+    original = [r for r in a.replicas if r not in a.adding_replicas]  # before any reassignment in progress
     if target is None:
         if not a.reassigning:
             return ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, "No partition reassignment is in progress."
-        replicas = [r for r in a.replicas if r not in a.adding_replicas]
         isr = [r for r in a.isr if r not in a.adding_replicas]
         unclean = unclean_enabled(changes.image, topic, changes.policy)
         if not isr:  # only joining replicas were in sync: the first of the others, uncleanly
@@ -45,11 +45,10 @@ def reassign(changes: Changes, topic_name: str, index: int, target: list[int] | 
                 return ErrorCode.INVALID_REPLICA_ASSIGNMENT, (
                     "Unable to revert partition assignment for %s:%d because it would require an unclean leader "
                     "election." % (topic_name, index))
-            isr = replicas[:1]
+            isr = original[:1]
         changes.change((topic, index), changes.acceptable(), Election.UNCLEAN if unclean else Election.ONLINE,
-                       target_isr=isr, target_replicas=replicas, target_adding=[], target_removing=[])
+                       target_isr=isr, target_replicas=original, target_adding=[], target_removing=[])
         return ErrorCode.NONE, None
-    original = [r for r in a.replicas if r not in a.adding_replicas]
     if not allow_replication_factor_change and len(target) != len(original):
         return ErrorCode.INVALID_REPLICATION_FACTOR, "The replication factor is changed from %d to %d" % (
             len(original), len(target))
@@ -58,4 +57,3 @@ def reassign(changes: Changes, topic_name: str, index: int, target: list[int] | 
     changes.change((topic, index), changes.acceptable(), Election.ONLINE, target_replicas=list(target) + removing,
                    target_adding=adding, target_removing=removing)
     return ErrorCode.NONE, None
-

@@ -757,12 +757,10 @@ class Partition:
         """Remove every batch at or after `offset` (Kafka's truncateTo: segments, indexes, the
         aborted-transaction index and the epoch cache); the producer state is rebuilt from the
         latest snapshot below the new end and the batches after it."""
-        log = self.log
-        if offset >= log.log_end_offset:
-            log.truncate_to(offset)  # only the epoch cache's entries at the log end, if any
-            return
-        log.truncate_to(offset)
-        self._after_truncation()
+        removes_batches = offset < self.log.log_end_offset
+        self.log.truncate_to(offset)  # at or past the end: only the epoch cache's entries there, if any
+        if removes_batches:
+            self._after_truncation()
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop the whole log and start it empty at `offset` (the leader's log start is past this
