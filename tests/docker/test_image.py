@@ -62,15 +62,15 @@ def round_trip(bootstrap: str, topic: str) -> bytes:
 
 @contextmanager
 def logs_on_failure(podman: Podman, project: str, services: list[str]) -> Iterator[None]:
-    """A timeout inside says what the containers printed last (CI keeps only the test's report)."""
+    """A failure inside says what the containers printed last (CI keeps only the test's report)."""
     try:
         yield
-    except TimeoutError as exc:
+    except Exception as exc:
         tails = []
         for service in services:
             logs = podman.run("logs", "%s_%s_1" % (project, service), check=False)
             tails.append("--- %s:\n%s" % (service, "\n".join((logs.stdout + logs.stderr).splitlines()[-40:])))
-        raise TimeoutError("%s\n%s" % (exc, "\n".join(tails))) from None
+        raise AssertionError("%s: %s\n%s" % (type(exc).__name__, exc, "\n".join(tails))) from exc
 
 
 def test_the_image(podman: Podman) -> None:
@@ -129,36 +129,36 @@ def test_compose_runs_a_cluster_of_three_broker_containers_on_etcd(podman: Podma
     env = {"KAFKA_PORT": str(base), "KAFKA_PORT_1": str(base + 1), "KAFKA_PORT_2": str(base + 2)}
     podman.compose("docker-compose.cluster.yml", project, "up", "-d", "--build", env=env)
     try:
-        # three brokers to register, the client's topic (replication factor 3) and group: slower than one
         with logs_on_failure(podman, project, ["client", "etcd", "kafka-1", "kafka-2", "kafka-3"]):
+            # three brokers to register, the client's topic (replication factor 3) and group: slower than one
             wait_for(lambda: "round trip 2 ok" in podman.run("logs", project + "_client_1").stdout, 2 * TIMEOUT,
                      what="the client's round trips on the cluster")
-        md = AdminClient({"bootstrap.servers": "127.0.0.1:%d" % base}).list_topics("demo", timeout=10)
-        assert sorted(md.brokers) == [1, 2, 3]
-        assert sorted(b.port for b in md.brokers.values()) == [base, base + 1, base + 2]
-        assert all(sorted(p.replicas) == [1, 2, 3] for p in md.topics["demo"].partitions.values())
-        assert round_trip("127.0.0.1:%d" % (base + 2), "cluster-from-the-host") == b"through the container"
-        # a broker container stopped is fenced and leaves Metadata; with three replicas and
-        # min.insync.replicas 2 producers (acks=all) and consumers go on meanwhile, the demo client's
-        # group included; started again, it is back
-        podman.run("stop", "-t", "20", project + "_kafka-2_1")
+            md = AdminClient({"bootstrap.servers": "127.0.0.1:%d" % base}).list_topics("demo", timeout=10)
+            assert sorted(md.brokers) == [1, 2, 3]
+            assert sorted(b.port for b in md.brokers.values()) == [base, base + 1, base + 2]
+            assert all(sorted(p.replicas) == [1, 2, 3] for p in md.topics["demo"].partitions.values())
+            assert round_trip("127.0.0.1:%d" % (base + 2), "cluster-from-the-host") == b"through the container"
+            # a broker container stopped is fenced and leaves Metadata; with three replicas and
+            # min.insync.replicas 2 producers (acks=all) and consumers go on meanwhile, the demo client's
+            # group included; started again, it is back
+            podman.run("stop", "-t", "20", project + "_kafka-2_1")
 
-        def brokers() -> list[int]:
-            admin = AdminClient({"bootstrap.servers": "127.0.0.1:%d" % base})
-            return sorted(admin.list_topics(timeout=10).brokers)
+            def brokers() -> list[int]:
+                admin = AdminClient({"bootstrap.servers": "127.0.0.1:%d" % base})
+                return sorted(admin.list_topics(timeout=10).brokers)
 
-        def round_trips() -> int:
-            return podman.run("logs", project + "_client_1").stdout.count(" ok: ")
+            def round_trips() -> int:
+                return podman.run("logs", project + "_client_1").stdout.count(" ok: ")
 
-        wait_for(lambda: brokers() == [1, 3], TIMEOUT, what="the stopped broker to leave the metadata")
-        # a topic made before (a new one needs three live brokers for its replication factor 3)
-        assert round_trip("127.0.0.1:%d" % base, "cluster-from-the-host") == b"through the container"
-        done = round_trips()
-        wait_for(lambda: round_trips() > done, TIMEOUT, what="the client's round trips with a broker stopped")
-        assert "failed" not in podman.run("logs", project + "_client_1").stdout
-        podman.run("start", project + "_kafka-2_1")
-        wait_for(lambda: brokers() == [1, 2, 3], TIMEOUT, what="the restarted broker to be back")
-        assert round_trip("127.0.0.1:%d" % (base + 1), "after-restart") == b"through the container"
+            wait_for(lambda: brokers() == [1, 3], TIMEOUT, what="the stopped broker to leave the metadata")
+            # a topic made before (a new one needs three live brokers for its replication factor 3)
+            assert round_trip("127.0.0.1:%d" % base, "cluster-from-the-host") == b"through the container"
+            done = round_trips()
+            wait_for(lambda: round_trips() > done, TIMEOUT, what="the client's round trips with a broker stopped")
+            assert "failed" not in podman.run("logs", project + "_client_1").stdout
+            podman.run("start", project + "_kafka-2_1")
+            wait_for(lambda: brokers() == [1, 2, 3], TIMEOUT, what="the restarted broker to be back")
+            assert round_trip("127.0.0.1:%d" % (base + 1), "after-restart") == b"through the container"
     finally:
         podman.compose("docker-compose.cluster.yml", project, "down", "-v", env=env)
 
