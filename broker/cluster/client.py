@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from broker.cluster.etcd import within
+from broker.cluster.resolve import Resolver
 from broker.observability.logger import get_logger
 from broker.security.errors import AuthenticationError
 from protocol import frames
@@ -57,6 +58,7 @@ class NodeClient:
         self._correlation_id = 0
         self._sasl_versions: tuple[int, int] | None = None  # SaslHandshake/SaslAuthenticate of this connection
         self._reauthenticate_at: float | None = None  # clock time; None: the session does not expire
+        self.resolver = Resolver()
 
     async def call(self, api_key: int, version: int, request: Any,
                    unreachable: ErrorCode = ErrorCode.COORDINATOR_NOT_AVAILABLE) -> Any:
@@ -107,7 +109,13 @@ class NodeClient:
             raise _Unknown("the node's address is not known")
         host, port = address
         context = self.security.ssl_context if self.security is not None else None
-        self._streams = await asyncio.open_connection(host, port, ssl=context)
+        ip = await self.resolver.address(host, port, self.timeout_s)
+        try:
+            self._streams = await asyncio.open_connection(ip, port, ssl=context,
+                                                          server_hostname=host if context is not None else None)
+        except BaseException:  # refused, or no answer in time: the name may point elsewhere now
+            self.resolver.failed(host)
+            raise
         self._sasl_versions = self._reauthenticate_at = None
         if self.security is not None and self.security.uses_sasl:
             await self._authenticate(None)

@@ -36,6 +36,7 @@ from broker.cluster.etcd import (
     WatchBatch,
     within,
 )
+from broker.cluster.resolve import Resolver
 
 # gRPC status codes etcd answers with, and what a caller can do about them
 _RETRIABLE_CODES = {1, 4, 8, 10, 14}  # CANCELLED, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, ABORTED, UNAVAILABLE
@@ -189,12 +190,21 @@ class HttpEtcd:
         self._current = 0
         self._idle: dict[int, list[_Connection]] = {i: [] for i in range(len(self._urls))}
         self._watch_connections: set[_Connection] = set()
+        self.resolver = Resolver()
 
     # transport --------------------------------------------------------------------------------
     async def _open(self, index: int) -> _Connection:
         host, port = self._addresses[index]
-        reader, writer = await within(self.connect_timeout, asyncio.open_connection(host, port))
+        reader, writer = await within(self.connect_timeout, self._connect(host, port))
         return _Connection(reader, writer, "%s:%d" % (host, port), index)
+
+    async def _connect(self, host: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        address = await self.resolver.address(host, port, self.connect_timeout)
+        try:
+            return await asyncio.open_connection(address, port)
+        except BaseException:  # refused, or no answer in time: the name may point elsewhere now
+            self.resolver.failed(host)
+            raise
 
     def _failed(self, index: int) -> None:
         if self._current == index:
@@ -400,6 +410,7 @@ class HttpEtcd:
         return WatchBatch(events, revision)  # no events: the watch was created, or a progress notice
 
     async def close(self) -> None:
+        self.resolver.close()
         for conns in self._idle.values():
             for conn in conns:
                 conn.close()
