@@ -47,6 +47,7 @@ from protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from broker.cluster.local import ClusterMode
+    from broker.cluster.replication_quota import ReplicationQuota
     from broker.coordinator.share import ShareCoordinator
     from broker.coordinator.txn import TransactionCoordinator, TxnCompletion
     from broker.coordinator.txn.markers import PartitionMarkerWriter
@@ -621,6 +622,10 @@ class Broker:
     @property
     def stopping(self) -> bool:
         return self._stopping
+
+    @property
+    def leader_replication_quota(self) -> ReplicationQuota | None:
+        return self.cluster.replication_quotas.leader if self.cluster is not None else None
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()

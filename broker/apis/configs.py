@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from broker.apis.config_resources import (
     alter_client_metrics,
@@ -39,7 +40,7 @@ from broker.metadata import (
     features,
     validate_topic_name,
 )
-from broker.metadata.dynamic_config import check_update, is_dynamic, listener_base_name
+from broker.metadata.dynamic_config import REPLICATION_RATES, check_update, is_dynamic, listener_base_name
 from broker.security.acl import AUTHORIZATION_MESSAGES
 from broker.security.authz import CLUSTER_NAME, Op, Res, authorize, error_for
 from protocol import messages as M
@@ -438,6 +439,16 @@ def validate_broker_configs(props: Mapping[str, str], per_broker: bool = True) -
 
 
 def _validate_broker_value(name: str, value: str) -> None:
+    if name in REPLICATION_RATES:  # QuotaConfig.brokerQuotaConfigs: longs, at least 0
+        try:
+            rate = int(value.strip())
+        except ValueError:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, "Invalid value %s for configuration %s: Not a number of "
+                             "type LONG" % (value, name)) from None
+        if rate < 0:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, "Invalid value %s for configuration %s: Value must be at "
+                             "least 0" % (value, name))
+        return
     prop = PROPS.get(name)
     if prop is None:
         return  # a config this broker does not define: stored as given, as Kafka stores custom ones
@@ -523,6 +534,8 @@ def validate_topic_configs(broker: BrokerServices, props: Mapping[str, str]) -> 
 # AlterConfigs and IncrementalAlterConfigs name their resources alike; the incremental one's
 # configs carry an operation
 AlterResource = M.AlterConfigsRequest.AlterConfigsResource | M.IncrementalAlterConfigsRequest.AlterConfigsResource
+AlterRequest = M.AlterConfigsRequest | M.IncrementalAlterConfigsRequest
+AlterResponse = M.AlterConfigsResponse | M.IncrementalAlterConfigsResponse
 AlterableConfig = M.AlterConfigsRequest.AlterableConfig | M.IncrementalAlterConfigsRequest.AlterableConfig
 
 
@@ -593,7 +606,8 @@ def _current_configs(broker: BrokerServices, rtype: int, name: str) -> dict[str,
     return dict(broker.metadata.image.broker_configs.get(name, {}))
 
 
-def _alter_resource(broker: BrokerServices, resource: AlterResource, validate_only: bool) -> None:
+def _alter_resource(broker: BrokerServices, resource: AlterResource, validate_only: bool,
+                    forwarded: bool = False) -> None:
     rtype, name = resource.resource_type, resource.resource_name
     incremental = isinstance(resource, M.IncrementalAlterConfigsRequest.AlterConfigsResource)
     if incremental:
@@ -601,7 +615,7 @@ def _alter_resource(broker: BrokerServices, resource: AlterResource, validate_on
     else:
         _check_resource(resource.configs, lambda c: False)
     if rtype == RESOURCE_BROKER:
-        if name:
+        if name and not forwarded:  # forwarded: the node it reached checked that it names it
             _broker_id(name, broker.node_id, "Node id")
     elif rtype == RESOURCE_GROUP:
         _group_name(name)
@@ -636,6 +650,7 @@ def _alter_resource(broker: BrokerServices, resource: AlterResource, validate_on
 def _alter(ctx: RequestContext, resources: Sequence[AlterResource], validate_only: bool) -> list[KafkaError | None]:
     """Each resource's error (None: altered, or valid with `validate_only`)."""
     keys = Counter((r.resource_type, r.resource_name) for r in resources)
+    forwarded = bool(getattr(ctx.connection, "forwarded", False))
     errors = []
     for resource in resources:
         error: KafkaError | None = None
@@ -645,11 +660,47 @@ def _alter(ctx: RequestContext, resources: Sequence[AlterResource], validate_onl
             error = config_access(ctx, resource.resource_type, resource.resource_name, Op.ALTER_CONFIGS)
             try:
                 if error is None:
-                    _alter_resource(ctx.broker, resource, validate_only)
+                    _alter_resource(ctx.broker, resource, validate_only, forwarded)
             except KafkaError as exc:
                 error = exc
         errors.append(error)
     return errors
+
+
+def refused_before_forwarding(node_id: int, request: AlterRequest) -> list[KafkaError | None]:
+    """Kafka's ConfigAdminManager.preprocess on the node a config change reached, before it goes
+    to the controller: a broker resource naming another broker is refused there (librdkafka and
+    the Java admin send a broker's configs to that broker). None: the controller decides."""
+    errors: list[KafkaError | None] = []
+    for resource in request.resources:
+        error = None
+        if resource.resource_type == RESOURCE_BROKER and resource.resource_name:
+            try:
+                _broker_id(resource.resource_name, node_id, "Node id")
+            except KafkaError as exc:
+                error = exc
+        errors.append(error)
+    return errors
+
+
+def reassemble(request: AlterRequest, refused: list[KafkaError | None], answered: AlterResponse | None
+               ) -> AlterResponse:
+    """The response to `request`: the resources refused here, and the controller's answer to the
+    others (`answered`, in their order)."""
+    R: Any = M.AlterConfigsResponse if isinstance(request, M.AlterConfigsRequest) else M.IncrementalAlterConfigsResponse
+    rest = iter(answered.responses if answered is not None else ())
+    responses = []
+    resources: list[AlterResource] = list(request.resources)
+    for resource, error in zip(resources, refused):
+        if error is None:
+            responses.append(next(rest))
+        else:
+            responses.append(R.AlterConfigsResourceResponse(
+                error_code=int(error.code), error_message=error.message, resource_type=resource.resource_type,
+                resource_name=resource.resource_name))
+    response: AlterResponse = R(throttle_time_ms=answered.throttle_time_ms if answered is not None else 0,
+                               responses=responses)
+    return response
 
 
 @api(33)

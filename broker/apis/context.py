@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 from broker.apis.topology import Node, Topology
 
 if TYPE_CHECKING:
+    from broker.cluster.replication_quota import ReplicationQuota
     from broker.config import BrokerConfig
     from broker.coordinator.group import GroupCoordinator
     from broker.coordinator.share import ShareCoordinator
@@ -90,6 +91,9 @@ class BrokerServices(Protocol):
 
     @property
     def stopping(self) -> bool: ...
+
+    @property
+    def leader_replication_quota(self) -> ReplicationQuota | None: ...  # a node of a cluster: its throttle
 
     # the cluster as clients see it (one node, a simulated cluster, or a node of a cluster)
     topology: Topology

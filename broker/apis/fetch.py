@@ -1,15 +1,18 @@
 """Fetch (key 1): reads from partition logs with long polling.
 
 A fetch that finds fewer than min_bytes waits on its partitions' append notifications (never a
-sleep loop) until enough arrived or max_wait_ms passed. A follower's fetch (a replica id >= 0: ReplicaState from v15, the ReplicaId field before) reads up
-to the log end rather than the high watermark, from the partition's leader only; its history is
-checked against the leader's epochs (LastFetchedEpoch, v12+: a DivergingEpoch answer tells it
-where to truncate), and its fetch offset is recorded (after the read, as Kafka's fetchRecords):
-it may move the high watermark and bring the follower back into the ISR. Fetch sessions (KIP-227) are declined
-by answering session id 0, so clients keep sending full requests (epoch 0 or -1); an incremental
-request (epoch > 0) is answered with FETCH_SESSION_ID_NOT_FOUND, since no session exists. Records
-are never null (librdkafka rejects that); they are the log's FileSlices, which the server sends
-from the page cache (broker/network/server.py) rather than copying them through the process.
+sleep loop) until enough arrived or max_wait_ms passed. A follower's fetch (a replica id >= 0:
+ReplicaState from v15, the ReplicaId field before) reads up to the log end rather than the high
+watermark, from the partition's leader only; its history is checked against the leader's epochs
+(LastFetchedEpoch, v12+: a DivergingEpoch answer tells it where to truncate), and its fetch offset
+is recorded (after the read, as Kafka's fetchRecords): it may move the high watermark and bring the
+follower back into the ISR. While the leader's replication throttle is over its rate, a throttled
+partition of a follower out of the ISR gets its offsets and no records
+(broker/cluster/replication_quota.py). Fetch sessions (KIP-227) are declined by answering session
+id 0, so clients keep sending full requests (epoch 0 or -1); an incremental request (epoch > 0) is
+answered with FETCH_SESSION_ID_NOT_FOUND, since no session exists. Records are never null
+(librdkafka rejects that); they are the log's FileSlices, which the server sends from the page
+cache (broker/network/server.py) rather than copying them through the process.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from broker.apis.context import RequestContext
 from broker.apis.registry import api
@@ -28,6 +32,9 @@ from broker.security.authz import Op, Res, authorize, authorize_cluster
 from broker.security.quotas import Entity, throttle
 from protocol import messages as M
 from protocol.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from broker.cluster.replication_quota import ReplicationQuota
 
 R = M.FetchResponse
 Q = M.FetchRequest
@@ -139,12 +146,14 @@ def _resolve(ctx: RequestContext, request: M.FetchRequest, version: int, followe
     return targets
 
 
-def _read_all(targets: list[_Target], request: M.FetchRequest, isolation: int) -> tuple[list[R.PartitionData], int]:
+def _read_all(targets: list[_Target], request: M.FetchRequest, isolation: int,
+              throttled: Callable[[Partition], bool] | None = None) -> tuple[list[R.PartitionData], int]:
     """One pass over the partitions: their response entries and the bytes found.
 
     As Kafka: the response's max_bytes is shared in request order, the first partition with data
-    returns at least one batch even when larger than the limits, and a partition that failed
-    reports its error with unknown (-1) offsets.
+    returns at least one batch even when larger than the limits, a partition that failed reports
+    its error with unknown (-1) offsets, and one the leader's replication throttle holds back
+    (`throttled`) its offsets and no records.
     """
     remaining = request.max_bytes
     total = 0
@@ -166,6 +175,11 @@ def _read_all(targets: list[_Target], request: M.FetchRequest, isolation: int) -
             continue
         if target.diverging is not None:  # the follower truncates first: no records
             entry.diverging_epoch = R.EpochEndOffset(epoch=target.diverging[0], end_offset=target.diverging[1])
+            entry.high_watermark = partition.high_watermark
+            entry.last_stable_offset = partition.last_stable_offset
+            entry.log_start_offset = partition.log_start_offset
+            continue
+        if throttled is not None and throttled(partition):
             entry.high_watermark = partition.high_watermark
             entry.last_stable_offset = partition.last_stable_offset
             entry.log_start_offset = partition.log_start_offset
@@ -223,7 +237,9 @@ async def handle_fetch(ctx: RequestContext, request: M.FetchRequest) -> M.FetchR
     quota = _fetch_quota(ctx, request, version)
     targets = _resolve(ctx, request, version, follower)
     leader_ends = [t.partition.log.log_end_offset if t.partition is not None else -1 for t in targets]
-    entries, total = _read_all(targets, request, isolation)
+    replication_quota = broker.leader_replication_quota if follower is not None else None
+    throttled = _leader_throttle(replication_quota, follower) if replication_quota is not None else None
+    entries, total = _read_all(targets, request, isolation, throttled)
     if follower is not None:
         _record_follower_fetches(targets, entries, follower, leader_ends)
     deadline = time.monotonic() + request.max_wait_ms / 1000.0
@@ -244,7 +260,9 @@ async def handle_fetch(ctx: RequestContext, request: M.FetchRequest) -> M.FetchR
         finally:
             for partition in waitable:
                 partition.remove_waiter(waiter)
-        entries, total = _read_all(targets, request, isolation)
+        entries, total = _read_all(targets, request, isolation, throttled)
+    if throttled is not None:
+        _record_throttled_bytes(replication_quota, targets, entries)
     quotas = broker.quotas
     if quota is not None and quotas is not None:  # a quota comes from the quotas
         throttle_ms = quotas.fetch.record(quota, total)
@@ -255,6 +273,32 @@ async def handle_fetch(ctx: RequestContext, request: M.FetchRequest) -> M.FetchR
             throttle(ctx, response, throttle_ms)
             return response
     return R(throttle_time_ms=0, error_code=0, session_id=0, responses=_assemble(targets, entries, version))
+
+
+def _leader_throttle(quota: ReplicationQuota, follower: _Follower | None) -> Callable[[Partition], bool] | None:
+    """Kafka's shouldLeaderThrottle for a follower's fetch: a throttled partition of which the
+    follower is out of the ISR, while the leader's replication rate is over its bound."""
+    if follower is None or not quota.active:
+        return None
+    replica_id = follower.replica_id
+
+    def throttled(partition: Partition) -> bool:
+        return (replica_id not in partition.isr_state.isr and quota.is_throttled(partition.log.config.extra,
+                                                                                    partition.index)
+                and quota.exceeded())
+    return throttled
+
+
+def _record_throttled_bytes(quota: ReplicationQuota | None, targets: list[_Target],
+                            entries: list[R.PartitionData]) -> None:
+    """What a follower's fetch took of throttled partitions, in sync or not, counts against the bound."""
+    assert quota is not None
+    size = 0
+    for target, entry in zip(targets, entries):
+        partition = target.partition
+        if partition is not None and entry.records and quota.is_throttled(partition.log.config.extra, partition.index):
+            size += len(entry.records)
+    quota.record(size)
 
 
 def _fetch_quota(ctx: RequestContext, request: M.FetchRequest, version: int) -> tuple[Entity, float] | None:

@@ -22,12 +22,14 @@ forwardable INVALID_REQUEST, an inner request that cannot be parsed UNSUPPORTED_
 
 from __future__ import annotations
 
+import copy
 import ipaddress
 import socket
 import struct
 from typing import Any
 
 from broker.apis.addressing import fail_whole
+from broker.apis.configs import AlterRequest, reassemble, refused_before_forwarding
 from broker.apis.registry import APIS, CONTROLLER_APIS, Handler, RequestContext, api
 from broker.apis.routing import FORWARDED
 from broker.cluster.node import ClusterNode
@@ -39,6 +41,7 @@ from protocol.errors import ErrorCode, KafkaError
 
 E = ErrorCode
 ENVELOPE = 58
+CONFIG_CHANGES = frozenset({33, 44})  # AlterConfigs, IncrementalAlterConfigs
 log = get_logger("broker.cluster")
 
 
@@ -80,6 +83,12 @@ async def forward(node: ClusterNode, ctx: Any, request: Any, handler: Handler) -
         return response
     if node.controller_id < 0:
         return fail_whole(ctx, request, E.NOT_CONTROLLER)
+    if ctx.api_key in CONFIG_CHANGES:
+        return await _forward_config_change(node, ctx, request)
+    return await _through_controller(node, ctx, request)
+
+
+async def _through_controller(node: ClusterNode, ctx: Any, request: Any) -> Any:
     inner = frames.encode_request_header(ctx.api_key, ctx.api_version, ctx.correlation_id, ctx.client_id) + \
         bytes(M.encode(request, ctx.api_version))
     principal = getattr(ctx.connection, "principal", "User:ANONYMOUS")
@@ -96,6 +105,21 @@ async def forward(node: ClusterNode, ctx: Any, request: Any, handler: Handler) -
     response = M.decode_response(ctx.api_key, ctx.api_version, memoryview(data)[offset:])
     await node.caught_up_with_controller()
     return response
+
+
+async def _forward_config_change(node: ClusterNode, ctx: Any, request: AlterRequest) -> Any:
+    """AlterConfigs / IncrementalAlterConfigs as Kafka's brokers forward them: what this node
+    refuses itself (a broker resource naming another broker) is answered here, the rest by the
+    controller, in one response in the request's order."""
+    refused = refused_before_forwarding(node.node_id, request)
+    if not any(refused):
+        return await _through_controller(node, ctx, request)
+    rest: Any = copy.copy(request)  # AlterConfigs or IncrementalAlterConfigs, with fewer resources
+    rest.resources = [r for r, error in zip(request.resources, refused) if error is None]
+    answered = await _through_controller(node, ctx, rest) if rest.resources else None
+    if answered is not None and not isinstance(answered, (M.AlterConfigsResponse, M.IncrementalAlterConfigsResponse)):
+        return answered  # the connection was closed
+    return reassemble(request, refused, answered)
 
 
 class _Forwarded:

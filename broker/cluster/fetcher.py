@@ -17,6 +17,10 @@ end, or starts over at its start (Kafka's fetchOffsetAndTruncate); FENCED_LEADER
 epoch this node knows stops fetching the partition until the metadata says more; other errors
 back off for replica.fetch.backoff.ms and retry.
 
+A partition listed in its topic's follower.replication.throttled.replicas that has not caught up
+with the leader's high watermark is left out of the fetch while this node's follower throttle
+is over its rate (broker/cluster/replication_quota.py); what such partitions bring is counted.
+
 The manager is told by the metadata publisher which partitions follow which leader, at which
 leader epoch; a partition that leaves (this node leads it now, or the topic is gone) is removed
 before anything else changes it. Everything runs on the event loop: a fetcher checks, after each
@@ -35,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker.cluster.client import NodeClient
+from broker.cluster.replication_quota import ReplicationQuota
 from broker.observability.logger import get_logger
 from broker.partition import Partition
 from protocol import messages as M
@@ -88,6 +93,12 @@ class PartitionFetchState:
     phase: FetchPhase
     last_fetched_epoch: int | None
     delayed_until: float = 0.0  # monotonic seconds: backing off after an error until then
+    lag: int | None = None  # the leader's high watermark less the fetch offset, at the last answer
+
+    @property
+    def in_sync(self) -> bool:
+        """Kafka's isReplicaInSync: caught up with the leader's high watermark at the last fetch."""
+        return self.lag is not None and self.lag <= 0
 
     def ready(self, now: float) -> bool:
         return self.phase is FetchPhase.FETCHING and now >= self.delayed_until
@@ -114,7 +125,7 @@ class ReplicaFetcher:
 
     def __init__(self, node_id: int, leader: int, client: NodeClient, broker_epoch: Callable[[], int],
                  partition_of: Callable[[str, int], Partition | None], settings: FetcherSettings,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, quota: ReplicationQuota | None = None) -> None:
         self.node_id = node_id
         self.leader = leader
         self.client = client
@@ -122,6 +133,7 @@ class ReplicaFetcher:
         self.partition_of = partition_of
         self.settings = settings
         self.clock = clock
+        self.quota = quota  # the follower's replication throttle
         self.states: dict[TopicPartition, PartitionFetchState] = {}
         self._versions: dict[int, int] | None = None  # the leader's max version per API key
         self._wake = asyncio.Event()
@@ -220,6 +232,9 @@ class ReplicaFetcher:
         """Send one Fetch for the partitions ready and process the answer; False when none was ready."""
         now = self.clock()
         sent = {tp: s for tp, s in self.states.items() if s.ready(now)}
+        quota = self.quota
+        if quota is not None and quota.active and sent:
+            sent = {tp: s for tp, s in sent.items() if not self._throttled(tp, s, quota)}
         if not sent:
             return False
         try:
@@ -240,6 +255,14 @@ class ReplicaFetcher:
             return True
         await self._process(sent, response, version)
         return True
+
+    def _throttled(self, tp: TopicPartition, state: PartitionFetchState, quota: ReplicationQuota) -> bool:
+        """Kafka's shouldFollowerThrottle: a throttled partition not caught up waits while the
+        follower's rate is over its bound (the partitions in sync are never held back)."""
+        if state.in_sync:
+            return False
+        partition = self.partition_of(*tp)
+        return partition is not None and quota.is_throttled(partition.log.config.extra, tp[1]) and quota.exceeded()
 
     def _fetch_request(self, sent: dict[TopicPartition, PartitionFetchState], version: int) -> M.FetchRequest:
         settings = self.settings
@@ -329,6 +352,10 @@ class ReplicaFetcher:
             if last is not None:
                 state.last_fetched_epoch = last
         partition.update_follower_high_watermark(int(data.high_watermark))
+        state.lag = max(0, int(data.high_watermark) - state.fetch_offset)
+        quota = self.quota
+        if quota is not None and quota.active and quota.is_throttled(partition.log.config.extra, tp[1]):
+            quota.record(len(records))  # in sync or not: the bound is on the throttled traffic as a whole
         if data.log_start_offset >= 0:
             partition.follow_log_start_offset(int(data.log_start_offset))
         if partition.log.needs_flush():
@@ -419,12 +446,14 @@ class ReplicaFetcherManager:
     """Kafka's ReplicaFetcherManager: one fetcher per leader this node follows partitions of."""
 
     def __init__(self, node_id: int, connect: Callable[[int], NodeClient], broker_epoch: Callable[[], int],
-                 partition_of: Callable[[str, int], Partition | None], settings: FetcherSettings) -> None:
+                 partition_of: Callable[[str, int], Partition | None], settings: FetcherSettings,
+                 quota: ReplicationQuota | None = None) -> None:
         self.node_id = node_id
         self.connect = connect  # a new connection to a node
         self.broker_epoch = broker_epoch
         self.partition_of = partition_of
         self.settings = settings
+        self.quota = quota
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._leader_of: dict[TopicPartition, int] = {}
         self._stopping: list[asyncio.Task[None]] = []
@@ -437,7 +466,8 @@ class ReplicaFetcherManager:
         fetcher = self.fetchers.get(leader)
         if fetcher is None:
             fetcher = self.fetchers[leader] = ReplicaFetcher(self.node_id, leader, self.connect(leader),
-                                                             self.broker_epoch, self.partition_of, self.settings)
+                                                             self.broker_epoch, self.partition_of, self.settings,
+                                                             quota=self.quota)
             fetcher.start()
             log.info("replica fetcher started", leader=leader)
         self._leader_of[tp] = leader

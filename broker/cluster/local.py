@@ -16,6 +16,7 @@ from broker.cluster.metadata_sync import ClusterMetadataStore
 from broker.cluster.node import ClusterNode, ClusterSettings
 from broker.cluster.producer_ids import ProducerIdBlocks
 from broker.cluster.publisher import MetadataPublisher
+from broker.cluster.replication_quota import ReplicationQuotas
 from broker.cluster.view import ImageView
 from broker.config import read_properties
 from broker.metadata import Assignment, MetadataImage, TopicInfo
@@ -139,8 +140,13 @@ class ClusterMode(LocalBroker):
 
     def __init__(self, broker: Any, settings: ClusterSettings, metadata_dir: Path) -> None:
         node = ClusterNode(settings, broker.node_id, metadata_dir)
+        config = broker.config
+        self.replication_quotas = ReplicationQuotas(broker.node_id, int(config["replication.quota.window.num"]),
+                                                    int(config["replication.quota.window.size.seconds"]))
+        self.replication_quotas.configure(config.get)
         fetchers = ReplicaFetcherManager(broker.node_id, self._fetcher_connection, lambda: node.broker_epoch,
-                                         broker.partitions.get, FetcherSettings.from_config(broker.config))
+                                         broker.partitions.get, FetcherSettings.from_config(config),
+                                         self.replication_quotas.follower)
         super().__init__(broker, fetchers)
         self.node = node
         self.publisher = MetadataPublisher(self)
@@ -152,6 +158,10 @@ class ClusterMode(LocalBroker):
         self.ready = False
         node.unfenced_listeners.append(self._unfenced)
         self.metadata_dir = metadata_dir
+
+    def broker_configs_changed(self) -> None:
+        super().broker_configs_changed()
+        self.replication_quotas.configure(self.broker.config.get)
 
     @classmethod
     def for_broker(cls, broker: Any, metadata_dir: Path) -> ClusterMode:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -133,6 +134,18 @@ def _parse_int(name: str, raw: str, lo: int, hi: int) -> int:
     return value
 
 
+_THROTTLED_REPLICA = re.compile(r"([0-9]+:[0-9]+)?")
+
+
+def _parse_throttled_replicas(name: str, raw: str) -> str:
+    """Kafka's ThrottledReplicaListValidator: `*` or `partition:broker` pairs."""
+    proposed = [part.strip() for part in str(raw).split(",")]
+    if not (all(_THROTTLED_REPLICA.fullmatch(p) for p in proposed) or "".join(proposed) == "*"):
+        raise _invalid(name, raw, f"{name} must be the literal '*' or a list of replicas in the following format: "
+                                  "[partitionId]:[brokerId],[partitionId]:[brokerId],...")
+    return str(raw).strip()
+
+
 def _parse_double(name: str, raw: str, lo: float, hi: float) -> float:
     try:
         value = float(str(raw).strip())
@@ -219,8 +232,8 @@ TOPIC_CONFIGS: dict[str, _Spec] = {
     "min.insync.replicas": _Spec(None, _int(1)),
     "unclean.leader.election.enable": _Spec(None, _parse_bool),
     "message.downconversion.enable": _Spec(None, _parse_bool),
-    "leader.replication.throttled.replicas": _Spec(None, lambda n, r: str(r)),
-    "follower.replication.throttled.replicas": _Spec(None, lambda n, r: str(r)),
+    "leader.replication.throttled.replicas": _Spec(None, lambda n, r: _parse_throttled_replicas(n, r)),
+    "follower.replication.throttled.replicas": _Spec(None, lambda n, r: _parse_throttled_replicas(n, r)),
     "remote.storage.enable": _Spec(None, _parse_bool),
     "local.retention.ms": _Spec(None, _long(-2)),
     "local.retention.bytes": _Spec(None, _long(-2)),

@@ -63,6 +63,12 @@ OTHER_RECONFIGURABLE = frozenset({
     "group.streams.assignor.offload.enable", "share.coordinator.cached.buffer.max.bytes",
     "metric.reporters", "config.providers",
 })
+# QuotaConfig.brokerQuotaConfigs: only dynamic, no static property (bytes per second, unbounded
+# by default); the replication throttles (broker/cluster/replication_quota.py) take them from here
+LEADER_REPLICATION_THROTTLED_RATE = "leader.replication.throttled.rate"
+FOLLOWER_REPLICATION_THROTTLED_RATE = "follower.replication.throttled.rate"
+REPLICATION_RATES = frozenset({LEADER_REPLICATION_THROTTLED_RATE, FOLLOWER_REPLICATION_THROTTLED_RATE,
+                               "replica.alter.log.dirs.io.max.bytes.per.second"})
 ALL_DYNAMIC = SSL_RECONFIGURABLE | LISTENER_RECONFIGURABLE | LOG_RECONFIGURABLE | OTHER_RECONFIGURABLE
 _CLUSTER_LEVEL_LISTENER = frozenset({"max.connections", "max.connection.creation.rate", "num.network.threads"})
 PER_BROKER = (SSL_RECONFIGURABLE | LISTENER_RECONFIGURABLE) - _CLUSTER_LEVEL_LISTENER
