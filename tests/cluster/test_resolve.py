@@ -33,6 +33,13 @@ class FakeDns:
         return self.address
 
 
+async def resolved(dns: FakeDns, clock: ManualClock | None = None) -> Resolver:
+    """A resolver that has looked `etcd` up once."""
+    resolver = Resolver(dns.lookup, clock=clock or ManualClock())
+    assert await resolver.address("etcd", 2379, 1.0) == dns.address
+    return resolver
+
+
 async def test_an_address_is_kept_while_fresh_and_looked_up_again_after() -> None:
     dns, clock = FakeDns(), ManualClock()
     resolver = Resolver(dns.lookup, ttl_s=30.0, clock=clock)
@@ -47,8 +54,7 @@ async def test_an_address_is_kept_while_fresh_and_looked_up_again_after() -> Non
 
 async def test_a_failed_connection_looks_the_name_up_again() -> None:
     dns = FakeDns()
-    resolver = Resolver(dns.lookup, clock=ManualClock())
-    await resolver.address("etcd", 2379, 1.0)
+    resolver = await resolved(dns)
     dns.address = "10.0.0.9"
     resolver.failed("etcd")
     assert await resolver.address("etcd", 2379, 1.0) == "10.0.0.9"
@@ -57,8 +63,7 @@ async def test_a_failed_connection_looks_the_name_up_again() -> None:
 
 async def test_a_failing_resolver_leaves_the_kept_address_in_use() -> None:
     dns, clock = FakeDns(), ManualClock()
-    resolver = Resolver(dns.lookup, clock=clock)
-    await resolver.address("etcd", 2379, 1.0)
+    resolver = await resolved(dns, clock)
     dns.mode = "fail"
     clock.now += 60.0
     resolver.failed("etcd")
@@ -69,8 +74,7 @@ async def test_a_failing_resolver_leaves_the_kept_address_in_use() -> None:
 
 async def test_a_stalled_resolver_runs_one_lookup_at_a_time_and_the_kept_address_serves_meanwhile() -> None:
     dns = FakeDns()
-    resolver = Resolver(dns.lookup, clock=ManualClock())
-    await resolver.address("etcd", 2379, 1.0)
+    resolver = await resolved(dns)
     dns.mode = "stall"
     resolver.failed("etcd")
     answers = [await resolver.address("etcd", 2379, 0.01) for _ in range(5)]
