@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker.apis import load_handlers
 from broker.apis.context import TxnVerifier
+from broker.apis.fetch_sessions import FetchSessionCache
 from broker.apis.topology import SingleNode, Topology
 from broker.config import BrokerConfig, read_properties
 from broker.coordinator.group import GroupCoordinator, create_group_coordinator
@@ -84,6 +85,7 @@ class Broker:
         self.metadata: MetadataStore = None  # type: ignore[assignment]  # set in start()
         self.authorizer: Authorizer | None = None  # authorizer.class.name; set in start() (None: all allowed)
         self.quotas: ClientQuotas | None = None  # client quotas; set in start()
+        self.fetch_sessions = FetchSessionCache(int(self.config["max.incremental.fetch.session.cache.slots"]))
         self.group_coordinator: GroupCoordinator = None  # type: ignore[assignment]  # set in start()
         self.txn_coordinator: TransactionCoordinator = None  # type: ignore[assignment]  # set in start()
         self.share_coordinator: ShareCoordinator = None  # type: ignore[assignment]  # set in start()

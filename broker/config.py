@@ -83,6 +83,8 @@ _PROPS: list[Prop] = [
     Prop("allow.everyone.if.no.acl.found", "boolean", False, "Allow an action on a resource without ACLs."),
     Prop("quota.window.num", "int", 11, "Samples kept for client quota rates."),
     Prop("quota.window.size.seconds", "int", 1, "Length of one client quota sample."),
+    Prop("max.incremental.fetch.session.cache.slots", "int", 1000,
+         "Incremental fetch sessions (KIP-227) kept; 0 declines them (every fetch is answered in full)."),
     Prop("replication.quota.window.num", "int", 11, "Samples kept for replication throttle rates."),
     Prop("replication.quota.window.size.seconds", "int", 1, "Length of one replication throttle sample."),
     # logs

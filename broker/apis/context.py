@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 from broker.apis.topology import Node, Topology
 
 if TYPE_CHECKING:
+    from broker.apis.fetch_sessions import FetchSessionCache
     from broker.cluster.replication_quota import ReplicationQuota
     from broker.config import BrokerConfig
     from broker.coordinator.group import GroupCoordinator
@@ -67,6 +68,7 @@ class BrokerServices(Protocol):
     authorizer: Authorizer | None  # None: every operation is allowed
     quotas: ClientQuotas | None
     metrics: Metrics
+    fetch_sessions: FetchSessionCache  # incremental fetch sessions (KIP-227)
 
     @property
     def telemetry(self) -> ClientTelemetry: ...  # made at the first telemetry request
@@ -165,6 +167,8 @@ class RequestContext:
     client_port: int
     connection: ClientConnection
     received: float = field(default_factory=time.monotonic)
+    # set by a cluster's router for a Fetch: why this node may not serve a partition (None: it may)
+    partition_error: Callable[[str, int], ErrorCode | None] | None = None
 
     def release_on_next_request(self, release: Callable[[], None]) -> None:
         """The handler holds its response back (a long-polled heartbeat): `release` is called,

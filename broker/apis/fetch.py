@@ -8,11 +8,11 @@ watermark, from the partition's leader only; its history is checked against the 
 is recorded (after the read, as Kafka's fetchRecords): it may move the high watermark and bring the
 follower back into the ISR. While the leader's replication throttle is over its rate, a throttled
 partition of a follower out of the ISR gets its offsets and no records
-(broker/cluster/replication_quota.py). Fetch sessions (KIP-227) are declined by answering session
-id 0, so clients keep sending full requests (epoch 0 or -1); an incremental request (epoch > 0) is
-answered with FETCH_SESSION_ID_NOT_FOUND, since no session exists. Records are never null
-(librdkafka rejects that); they are the log's FileSlices, which the server sends from the page
-cache (broker/network/server.py) rather than copying them through the process.
+(broker/cluster/replication_quota.py). Fetch sessions (KIP-227) are Kafka's
+(broker/apis/fetch_sessions.py): a full request at epoch 0 opens one, an incremental request reads
+every partition of its session and answers those with news. Records are never null (librdkafka
+rejects that); they are the log's FileSlices, which the server sends from the page cache
+(broker/network/server.py) rather than copying them through the process.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from broker.apis.context import RequestContext
+from broker.apis.fetch_sessions import INVALID_SESSION_ID, FetchContext
 from broker.apis.registry import api
 from broker.observability.logger import get_logger
 from broker.partition import READ_COMMITTED, Partition
@@ -125,14 +126,18 @@ def _readable(ctx: RequestContext, request: M.FetchRequest, version: int) -> Cal
 def _resolve(ctx: RequestContext, request: M.FetchRequest, version: int, follower: _Follower | None) -> list[_Target]:
     broker = ctx.broker
     readable = _readable(ctx, request, version)
+    routing = ctx.partition_error
     targets = []
     for t in request.topics:
         name = broker.metadata.topic_name(t.topic_id) if version >= 13 else t.topic
         denied = readable is not None and name is not None and not readable(name)
         for p in t.partitions:
             partition = broker.partitions.get(name, p.partition) if name is not None and not denied else None
+            routed = routing(name, p.partition) if routing is not None and name is not None and not denied else None
             if denied:
                 error: ErrorCode | None = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif routed is not None:  # not this node's to serve (a cluster: another leads it)
+                error, partition = routed, None
             elif partition is None:
                 # an unknown id, or a known topic without that partition
                 error = ErrorCode.UNKNOWN_TOPIC_ID if name is None else \
@@ -212,13 +217,14 @@ def _read_all(targets: list[_Target], request: M.FetchRequest, isolation: int,
     return out, total
 
 
-def _assemble(targets: list[_Target], entries: list[R.PartitionData], version: int) -> list[R.FetchableTopicResponse]:
+def _assemble(answered: list[tuple[str, uuid.UUID, R.PartitionData]], version: int) -> list[R.FetchableTopicResponse]:
+    """The partitions answered, consecutive ones of a topic under one entry (as Kafka's FetchResponse.of)."""
     responses: list[R.FetchableTopicResponse] = []
     current = None
-    for target, entry in zip(targets, entries):
-        key = target.topic_id if version >= 13 else target.topic
+    for topic, topic_id, entry in answered:
+        key = topic_id if version >= 13 else topic
         if current is None or (current.topic_id if version >= 13 else current.topic) != key:
-            current = R.FetchableTopicResponse(topic=target.topic, topic_id=target.topic_id, partitions=[])
+            current = R.FetchableTopicResponse(topic=topic, topic_id=topic_id, partitions=[])
             responses.append(current)
         current.partitions.append(entry)
     return responses
@@ -227,12 +233,12 @@ def _assemble(targets: list[_Target], entries: list[R.PartitionData], version: i
 @api(1)
 async def handle_fetch(ctx: RequestContext, request: M.FetchRequest) -> M.FetchResponse:
     version = ctx.api_version
-    if version >= 7 and request.session_epoch not in (0, -1):
-        # an incremental fetch needs a session, and we never created one; epoch 0 (open) and -1
-        # (close, or sessionless) are full requests, answered in full with session id 0
-        return R(throttle_time_ms=0, error_code=int(ErrorCode.FETCH_SESSION_ID_NOT_FOUND), session_id=0, responses=[])
     broker = ctx.broker
     follower = _follower(request, version)
+    context = FetchContext(broker.fetch_sessions, version, request, privileged=follower is not None)
+    if context.error is not None:
+        return R(throttle_time_ms=0, error_code=int(context.error), session_id=INVALID_SESSION_ID, responses=[])
+    request.topics = context.topics  # an incremental fetch reads every partition of its session
     isolation = request.isolation_level if follower is None else LOG_END
     quota = _fetch_quota(ctx, request, version)
     targets = _resolve(ctx, request, version, follower)
@@ -269,10 +275,11 @@ async def handle_fetch(ctx: RequestContext, request: M.FetchRequest) -> M.FetchR
         if throttle_ms > 0:
             # over consumer_byte_rate: an empty answer with the throttle time, its bytes not counted
             quotas.fetch.unrecord(quota, total)
-            response = R(throttle_time_ms=0, error_code=0, session_id=0, responses=[])
+            response = R(throttle_time_ms=0, error_code=0, session_id=context.throttled_session_id(), responses=[])
             throttle(ctx, response, throttle_ms)
             return response
-    return R(throttle_time_ms=0, error_code=0, session_id=0, responses=_assemble(targets, entries, version))
+    error, session_id, answered = context.respond([(t.topic, t.topic_id, e) for t, e in zip(targets, entries)])
+    return R(throttle_time_ms=0, error_code=int(error), session_id=session_id, responses=_assemble(answered, version))
 
 
 def _leader_throttle(quota: ReplicationQuota, follower: _Follower | None) -> Callable[[Partition], bool] | None:

@@ -109,7 +109,12 @@ class Router:
                 return None
         else:
             return await handler(ctx, request)
-        response = await answer_in_part(ctx, request, handler, error_for, self._resolve)
+        if api_key == FETCH:
+            # the handler checks each partition it reads: a fetch session's are not all in the request
+            ctx.partition_error = lambda topic, index: error_for(Key(topic=topic, partition=index))
+            response = await handler(ctx, request)
+        else:
+            response = await answer_in_part(ctx, request, handler, error_for, self._resolve)
         hints = LEADER_HINTS.get(api_key)
         if (refused or api_key in HANDLER_REFUSES) and hints is not None and ctx.api_version >= hints[0]:
             self._add_leader_hints(ctx, response, hints[1])

@@ -222,7 +222,6 @@ def test_fetch_with_leader_epochs(broker_thread: BrokerThread, client: RawClient
     (12345, 1, ErrorCode.FETCH_SESSION_ID_NOT_FOUND),  # an incremental fetch of a session we never made
     (0, 3, ErrorCode.FETCH_SESSION_ID_NOT_FOUND),
     (12345, -1, 0),  # closing a session: a full, sessionless answer
-    (12345, 0, 0),  # opening a new one: declined with a full answer
 ])
 def test_fetch_session_epochs(broker_thread: BrokerThread, client: RawClient, session_id: int, epoch: int,
                               code: int) -> None:
@@ -234,14 +233,16 @@ def test_fetch_session_epochs(broker_thread: BrokerThread, client: RawClient, se
     assert len(response.responses) == (0 if code else 1)
 
 
-def test_kafka_python_session_opening_is_declined(broker_thread: BrokerThread, client: RawClient) -> None:
-    # kafka-python opens a session with id 0 / epoch 0; we answer a full response with id 0
+@pytest.mark.parametrize("session_id", [0, 12345])
+def test_a_full_fetch_at_epoch_0_opens_a_session(broker_thread: BrokerThread, client: RawClient,
+                                                 session_id: int) -> None:
+    # kafka-python opens a session with id 0 / epoch 0 (an unknown id is closed first, as Kafka does)
     broker_thread.create_topic("sess", 1)
     produce(client, "sess", 0, batch([b"s"]))
     request = fetch_request([("sess", 0, 0)])
-    request.session_epoch = 0
+    request.session_id, request.session_epoch = session_id, 0
     response = client.call(FETCH, 12, request)
-    assert (response.error_code, response.session_id) == (0, 0)
+    assert response.error_code == 0 and response.session_id not in (0, session_id)
     assert values(response.responses[0].partitions[0]) == [b"s"]
 
 
