@@ -6,8 +6,9 @@ leader in one Fetch, as Kafka's brokers do: ReplicaState (this node's id and bro
 KIP-903), each partition's CurrentLeaderEpoch, FetchOffset = its log end and LastFetchedEpoch (the
 epoch of its last batch, for the leader's diverging-epoch check), at the highest version both
 sides have (up to 17, Kafka 4.x's), over the inter-broker listener on a connection of its own (a
-long poll must not hold up the other inter-broker requests). Sessions (KIP-227) are not used:
-every request is a full one (session id 0, epoch -1), which Kafka serves as sessionless.
+long poll must not hold up the other inter-broker requests), in an incremental fetch session
+(KIP-227, broker/cluster/fetch_session.py): after the first, a fetch carries only the partitions
+whose position changed.
 
 What comes back is appended exactly as the leader wrote it (Partition.append_as_follower) and the
 leader's high watermark and log start are taken. A DivergingEpoch answer truncates the log where
@@ -39,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker.cluster.client import NodeClient
+from broker.cluster.fetch_session import FetchSessionHandler, SessionFetch
 from broker.cluster.replication_quota import ReplicationQuota
 from broker.observability.logger import get_logger
 from broker.partition import Partition
@@ -134,6 +136,7 @@ class ReplicaFetcher:
         self.settings = settings
         self.clock = clock
         self.quota = quota  # the follower's replication throttle
+        self.session = FetchSessionHandler()  # KIP-227, with this leader
         self.states: dict[TopicPartition, PartitionFetchState] = {}
         self._versions: dict[int, int] | None = None  # the leader's max version per API key
         self._wake = asyncio.Event()
@@ -237,15 +240,21 @@ class ReplicaFetcher:
             sent = {tp: s for tp, s in sent.items() if not self._throttled(tp, s, quota)}
         if not sent:
             return False
+        fetch: SessionFetch | None = None
         try:
             version = await self._version(FETCH, FETCH_MAX_VERSION)
-            request = self._fetch_request(sent, version)
+            request, fetch = self._fetch_request(sent, version)
             response = await self.client.call(FETCH, version, request, unreachable=ErrorCode.NETWORK_EXCEPTION)
         except KafkaError as exc:
             self._versions = None  # a new connection asks again
+            self.session.handle_error()
             log.info("fetch from the leader failed; backing off", leader=self.leader, error=exc.code.name)
             for tp in sent:
                 self._delay(tp)
+            return True
+        if fetch is not None and not self.session.handle_response(fetch, response):
+            code = ErrorCode(response.error_code)  # type: ignore[call-arg]
+            log.info("fetch session reset by the leader; fetching in full", leader=self.leader, error=code.name)
             return True
         if response.error_code:
             code = ErrorCode(response.error_code)  # type: ignore[call-arg]
@@ -264,27 +273,43 @@ class ReplicaFetcher:
         partition = self.partition_of(*tp)
         return partition is not None and quota.is_throttled(partition.log.config.extra, tp[1]) and quota.exceeded()
 
-    def _fetch_request(self, sent: dict[TopicPartition, PartitionFetchState], version: int) -> M.FetchRequest:
+    def _fetch_request(self, sent: dict[TopicPartition, PartitionFetchState], version: int
+                       ) -> tuple[M.FetchRequest, SessionFetch | None]:
+        """The Fetch for `sent`, framed by the fetch session from version 7 (None before: a
+        sessionless full fetch)."""
         settings = self.settings
-        topics: dict[str, Q.FetchTopic] = {}
+        wanted: dict[TopicPartition, tuple[uuid.UUID, Q.FetchPartition]] = {}
         for (topic, index), state in sent.items():
             partition = self.partition_of(topic, index)
             log_start = partition.log.log_start_offset if partition is not None else -1
-            entry = topics.get(topic)
-            if entry is None:
-                entry = topics[topic] = Q.FetchTopic(topic=topic, topic_id=state.topic_id, partitions=[])
-            entry.partitions.append(Q.FetchPartition(
+            wanted[(topic, index)] = (state.topic_id, Q.FetchPartition(
                 partition=index, current_leader_epoch=state.current_leader_epoch, fetch_offset=state.fetch_offset,
                 last_fetched_epoch=NO_EPOCH if state.last_fetched_epoch is None else state.last_fetched_epoch,
                 log_start_offset=log_start, partition_max_bytes=settings.max_bytes))
+        fetch = self.session.build(wanted) if version >= 7 else None
+        send, forget = (fetch.send, fetch.forget) if fetch is not None else (wanted, {})
+        topics: dict[str, Q.FetchTopic] = {}
+        for (topic, _), (topic_id, data) in send.items():
+            entry = topics.get(topic)
+            if entry is None:
+                entry = topics[topic] = Q.FetchTopic(topic=topic, topic_id=topic_id, partitions=[])
+            entry.partitions.append(data)
+        forgotten: dict[str, Q.ForgottenTopic] = {}
+        for (topic, index), topic_id in forget.items():
+            gone = forgotten.get(topic)
+            if gone is None:
+                gone = forgotten[topic] = Q.ForgottenTopic(topic=topic, topic_id=topic_id, partitions=[])
+            gone.partitions.append(index)
         request = Q(max_wait_ms=settings.max_wait_ms, min_bytes=settings.min_bytes,
-                    max_bytes=settings.response_max_bytes, isolation_level=0, session_id=0, session_epoch=-1,
-                    topics=list(topics.values()), forgotten_topics_data=[], rack_id="")
+                    max_bytes=settings.response_max_bytes, isolation_level=0,
+                    session_id=fetch.session_id if fetch is not None else 0,
+                    session_epoch=fetch.epoch if fetch is not None else -1,
+                    topics=list(topics.values()), forgotten_topics_data=list(forgotten.values()), rack_id="")
         if version >= 15:
             request.replica_state = Q.ReplicaState(replica_id=self.node_id, replica_epoch=self.broker_epoch())
         else:
             request.replica_id = self.node_id
-        return request
+        return request, fetch
 
     async def _process(self, sent: dict[TopicPartition, PartitionFetchState], response: M.FetchResponse,
                        version: int) -> None:

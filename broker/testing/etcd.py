@@ -136,8 +136,22 @@ class EtcdMember:
         except subprocess.TimeoutExpired:
             self.kill()
 
-    def pause(self) -> None:
+    def pause(self, timeout: float = 5.0) -> None:
+        """SIGSTOP, and wait until every thread of it has stopped: kill() returns before a thread
+        running on another core stops, and an answer it sends meanwhile would fool a test."""
         self.signal(signal.SIGSTOP)
+        if self.process is None:
+            return
+        tasks = Path("/proc/%d/task" % self.process.pid)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                states = [(task / "stat").read_text().rsplit(")", 1)[1].split()[0] for task in tasks.iterdir()]
+            except OSError:
+                return  # gone, or no /proc: nothing to wait for
+            if all(state in ("T", "t") for state in states):
+                return
+            time.sleep(0.001)
 
     def resume(self) -> None:
         self.signal(signal.SIGCONT)

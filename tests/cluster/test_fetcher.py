@@ -10,6 +10,7 @@ import os
 import uuid
 from typing import Any
 
+from broker.apis.fetch_sessions import FetchContext, FetchSessionCache
 from broker.cluster.fetcher import (
     FETCH,
     LIST_OFFSETS,
@@ -47,6 +48,7 @@ class FakeLeader:
         self.errors: dict[int, ErrorCode] = {}  # partition -> error its fetches get
         self.down = False
         self.gate: asyncio.Event | None = None  # set: fetches wait for it
+        self.sessions = FetchSessionCache()
 
     async def call(self, api_key: int, version: int, request: Any, unreachable: ErrorCode = ErrorCode.NONE) -> Any:
         if self.down:
@@ -60,44 +62,58 @@ class FakeLeader:
         elif api_key == FETCH:
             if self.gate is not None:
                 await self.gate.wait()
-            response = self.fetch(request)
+            response = self.fetch(request, version)
             if not any(len(p.records) for t in response.responses for p in t.partitions):
                 await asyncio.sleep(0.005)  # a leader's long poll: nothing came within max_wait_ms
         else:
             response = self.list_offsets(request)
         return M.decode_response(api_key, version, M.encode(response, version))
 
-    def fetch(self, request: M.FetchRequest) -> M.FetchResponse:
-        out = []
-        for topic in request.topics:
-            entries = []
-            for p in topic.partitions:
-                leader = self.partitions[p.partition]
-                entry = R.PartitionData(partition_index=p.partition, high_watermark=leader.high_watermark,
-                                        last_stable_offset=leader.last_stable_offset,
-                                        log_start_offset=leader.log_start_offset, records=b"")
-                entries.append(entry)
-                error = self.errors.get(p.partition)
-                if error is not None:
-                    entry.error_code = int(error)
+    def fetch(self, request: M.FetchRequest, version: int = 17) -> M.FetchResponse:
+        """As a leader answers, in the fetch session the request names (the broker's own sessions)."""
+        context = FetchContext(self.sessions, version, request, privileged=True)
+        if context.error is not None:
+            return R(error_code=int(context.error), session_id=0, responses=[])
+        parts = []
+        for topic in context.topics:
+            for entry in self._entries(topic):
+                parts.append((topic.topic, topic.topic_id, entry))
+        error, session_id, answered = context.respond(parts)
+        out: list[R.FetchableTopicResponse] = []
+        for name, topic_id, entry in answered:
+            if not out or out[-1].topic_id != topic_id:
+                out.append(R.FetchableTopicResponse(topic=name, topic_id=topic_id, partitions=[]))
+            out[-1].partitions.append(entry)
+        return R(error_code=int(error), session_id=session_id, responses=out)
+
+    def _entries(self, topic: M.FetchRequest.FetchTopic) -> list[R.PartitionData]:
+        entries = []
+        for p in topic.partitions:
+            leader = self.partitions[p.partition]
+            entry = R.PartitionData(partition_index=p.partition, high_watermark=leader.high_watermark,
+                                    last_stable_offset=leader.last_stable_offset,
+                                    log_start_offset=leader.log_start_offset, records=b"")
+            entries.append(entry)
+            error = self.errors.get(p.partition)
+            if error is not None:
+                entry.error_code = int(error)
+                continue
+            if p.current_leader_epoch < self.epoch:
+                entry.error_code = int(ErrorCode.FENCED_LEADER_EPOCH)
+                continue
+            if p.last_fetched_epoch >= 0:
+                epoch, end = leader.log.end_offset_for_epoch(p.last_fetched_epoch)
+                if epoch < 0 or end < 0 or p.fetch_offset < leader.log_start_offset:
+                    entry.error_code = int(ErrorCode.OFFSET_OUT_OF_RANGE)
                     continue
-                if p.current_leader_epoch < self.epoch:
-                    entry.error_code = int(ErrorCode.FENCED_LEADER_EPOCH)
+                if epoch < p.last_fetched_epoch or end < p.fetch_offset:
+                    entry.diverging_epoch = R.EpochEndOffset(epoch=epoch, end_offset=end)
                     continue
-                if p.last_fetched_epoch >= 0:
-                    epoch, end = leader.log.end_offset_for_epoch(p.last_fetched_epoch)
-                    if epoch < 0 or end < 0 or p.fetch_offset < leader.log_start_offset:
-                        entry.error_code = int(ErrorCode.OFFSET_OUT_OF_RANGE)
-                        continue
-                    if epoch < p.last_fetched_epoch or end < p.fetch_offset:
-                        entry.diverging_epoch = R.EpochEndOffset(epoch=epoch, end_offset=end)
-                        continue
-                try:
-                    entry.records = leader.log.read(p.fetch_offset, p.partition_max_bytes).records.read()
-                except KafkaError as exc:
-                    entry.error_code = int(exc.code)
-            out.append(R.FetchableTopicResponse(topic_id=topic.topic_id, partitions=entries))
-        return R(error_code=0, session_id=0, responses=out)
+            try:
+                entry.records = leader.log.read(p.fetch_offset, p.partition_max_bytes).records.read()
+            except KafkaError as exc:
+                entry.error_code = int(exc.code)
+        return entries
 
     def list_offsets(self, request: M.ListOffsetsRequest) -> M.ListOffsetsResponse:
         L = M.ListOffsetsResponse
@@ -149,7 +165,7 @@ async def test_one_fetch_carries_every_partition_of_the_leader_as_kafkas_followe
     assert version == 17  # Kafka 4.x's, below the leader's 18
     first = fetches[0]
     assert (first.replica_state.replica_id, first.replica_state.replica_epoch) == (2, 77)
-    assert (first.session_id, first.session_epoch, first.max_wait_ms, first.min_bytes) == (0, -1, 0, 1)
+    assert (first.session_id, first.session_epoch, first.max_wait_ms, first.min_bytes) == (0, 0, 0, 1)  # opens a session
     assert [(t.topic_id, [(p.partition, p.fetch_offset, p.current_leader_epoch, p.last_fetched_epoch)
                           for p in t.partitions]) for t in first.topics] == [(TOPIC_ID, [(0, 0, 3, 0), (1, 0, 3, 0)])]
     last = fetches[-1].topics[0].partitions
@@ -279,3 +295,45 @@ async def test_the_manager_runs_one_fetcher_per_leader_and_moves_partitions(tmp_
     await manager.shutdown()
     assert manager.fetchers == {}
 
+
+
+async def test_fetches_go_on_in_an_incremental_session_and_start_over_when_the_leader_loses_it(tmp_path) -> None:
+    leaders = {i: partition(str(tmp_path), "leader", i) for i in range(2)}
+    followers = {i: partition(str(tmp_path), "follower", i) for i in range(2)}
+    for p in leaders.values():
+        p.become_leader(3)
+    leaders[0].append_records(batch(3))
+    for p in followers.values():
+        p.make_follower(1, 3, 0, [1, 2], [1, 2])
+    client = FakeLeader(leaders, epoch=3)
+    fetcher = fetcher_for(client, followers, epoch=3)
+
+    async def fetch() -> M.FetchRequest:
+        assert await fetcher.fetch_once()
+        request: M.FetchRequest = client.requests[-1][2]
+        return request
+
+    def named(request: M.FetchRequest) -> list[tuple[int, int]]:
+        return [(p.partition, p.fetch_offset) for t in request.topics for p in t.partitions]
+
+    first = await fetch()
+    assert (first.session_id, first.session_epoch, named(first)) == (0, 0, [(0, 0), (1, 0)])
+    session = fetcher.session.session_id
+    assert session != 0
+    # partition 0 moved (it copied 3 records): only it is named; partition 1 stays in the session
+    second = await fetch()
+    assert (second.session_id, second.session_epoch, named(second)) == (session, 1, [(0, 3)])
+    third = await fetch()
+    assert (third.session_epoch, named(third)) == (2, [])
+    # a partition no longer fetched is forgotten
+    fetcher.remove_partition(("t", 1))
+    fourth = await fetch()
+    assert [(t.partitions) for t in fourth.forgotten_topics_data] == [[1]]
+    # the leader lost the session: one refused fetch, then a full one opens another; nothing lost
+    client.sessions.sessions.clear()
+    leaders[0].append_records(batch(2))
+    refused = await fetch()
+    assert refused.session_epoch == 4
+    again = await fetch()
+    assert (again.session_id, again.session_epoch, named(again)) == (0, 0, [(0, 3)])
+    await run_until_copied(fetcher, {0: leaders[0]}, {0: followers[0]})
