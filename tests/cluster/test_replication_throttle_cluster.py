@@ -4,7 +4,9 @@ follower.replication.throttled.replicas the joining one, and the brokers' rates 
 the joining replica copies the log (confluent-kafka sets the configs, kafka-python moves the
 replica). Either side alone holds the copy to its rate: with 400 KB to copy at 100 KB/s and
 16 KB per fetch, the reassignment cannot complete in less than (400 - 16) / 100 = 3.8 s. The
-bound asserted is a lower one (a throttle's promise), never a speed."""
+bound asserted is a lower one (a throttle's promise), never a speed. A broker's configs go to that
+broker (librdkafka sends them there), which forwards them to the controller; another broker's
+are refused where they arrive, as Kafka's ConfigAdminManager does."""
 
 from __future__ import annotations
 
