@@ -9,7 +9,7 @@ state lives, so nothing is copied or locked while serving):
   still read, the high watermark when no transaction is open; -1 with no committed offset, as
   the exporter does) with their per-topic sums, kafka_consumergroup_members;
 - the broker's own: open connections, groups by state and protocol, rebalances begun,
-  coordinator queue depth.
+  coordinator queue depth, incremental fetch sessions.
 """
 
 from __future__ import annotations
@@ -37,6 +37,16 @@ class BrokerStateCollector:
         yield from self._groups(broker)
         yield from self._coordinators(broker)
         yield gauge("kafka_connections", "Open client connections", value=len(broker.server.connections))
+        yield from self._fetch_sessions(broker.fetch_sessions)
+
+    @staticmethod
+    def _fetch_sessions(sessions: Any) -> Iterator[Metric]:
+        """Kafka's FetchSessionCache metrics (NumIncrementalFetchSessions and the like)."""
+        yield gauge("kafka_fetch_sessions", "Incremental fetch sessions kept (KIP-227)", value=len(sessions.sessions))
+        yield gauge("kafka_fetch_session_partitions", "Partitions the incremental fetch sessions hold",
+                    value=sessions.partitions_cached)
+        yield counter("kafka_fetch_session_evictions", "Incremental fetch sessions evicted for another",
+                      value=sessions.evictions)
 
     @staticmethod
     def _cluster(broker: Any) -> Iterator[Metric]:

@@ -14,6 +14,7 @@ import pytest
 pytest.importorskip("kafka")
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition  # noqa: E402
 
+from broker.observability.state_metrics import BrokerStateCollector  # noqa: E402
 from broker.testing.embedded import EmbeddedBroker  # noqa: E402
 
 TOPIC = "sessions"
@@ -49,6 +50,15 @@ def sessions(broker: EmbeddedBroker) -> list[Any]:
     return result
 
 
+def metrics(broker: EmbeddedBroker) -> dict[str, float]:
+    """The fetch session metrics /metrics would show (read on the broker's loop, as a scrape does)."""
+    async def read() -> dict[str, float]:
+        return {m.name: m.samples[0].value for m in BrokerStateCollector(broker.broker).collect()
+                if m.name.startswith("kafka_fetch_session")}
+    result: dict[str, float] = broker.call(read())
+    return result
+
+
 def test_kafka_python_reads_every_partition_through_an_incremental_session(kafka_broker: EmbeddedBroker) -> None:
     kafka_broker.create_topic(TOPIC, partitions=PARTITIONS)
     first = produce(kafka_broker, "first", 5)
@@ -69,6 +79,8 @@ def test_kafka_python_reads_every_partition_through_an_incremental_session(kafka
         third = produce(kafka_broker, "third", 2)
         assert sorted(poll_until(consumer, len(third))) == sorted(third)
         assert [size for _, size in sessions(kafka_broker)] == [PARTITIONS]
+        assert metrics(kafka_broker) == {"kafka_fetch_sessions": 1, "kafka_fetch_session_partitions": PARTITIONS,
+                                         "kafka_fetch_session_evictions": 0}
     finally:
         consumer.close()
 
