@@ -439,28 +439,23 @@ def validate_broker_configs(props: Mapping[str, str], per_broker: bool = True) -
 
 
 def _validate_broker_value(name: str, value: str) -> None:
-    if name in REPLICATION_RATES:  # QuotaConfig.brokerQuotaConfigs: longs, at least 0
-        try:
-            rate = int(value.strip())
-        except ValueError:
-            raise KafkaError(ErrorCode.INVALID_CONFIG, "Invalid value %s for configuration %s: Not a number of "
-                             "type LONG" % (value, name)) from None
-        if rate < 0:
-            raise KafkaError(ErrorCode.INVALID_CONFIG, "Invalid value %s for configuration %s: Value must be at "
-                             "least 0" % (value, name))
-        return
     prop = PROPS.get(name)
-    if prop is None:
+    # the replication rates have no static property (QuotaConfig.brokerQuotaConfigs: longs, at least 0)
+    prop_type = "long" if name in REPLICATION_RATES else prop.type if prop is not None else None
+    if prop_type is None:
         return  # a config this broker does not define: stored as given, as Kafka stores custom ones
     text = value.strip()
-    kind = {"int": "INT", "long": "LONG", "short": "SHORT", "double": "DOUBLE"}.get(prop.type)
+    kind = {"int": "INT", "long": "LONG", "short": "SHORT", "double": "DOUBLE"}.get(prop_type)
     if kind is not None:
         try:
-            float(text) if prop.type == "double" else int(text)
+            number = float(text) if prop_type == "double" else int(text)
         except ValueError:
             raise KafkaError(ErrorCode.INVALID_CONFIG, "Invalid value %s for configuration %s: Not a number of type %s"
                              % (value, name, kind)) from None
-    elif prop.type == "boolean" and text.lower() not in ("true", "false"):
+        if name in REPLICATION_RATES and number < 0:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, "Invalid value %s for configuration %s: Value must be at "
+                             "least 0" % (value, name))
+    elif prop_type == "boolean" and text.lower() not in ("true", "false"):
         raise KafkaError(ErrorCode.INVALID_CONFIG, "Invalid value %s for configuration %s: Expected value to be "
                          "either true or false" % (value, name))
     # the ranges and choices are those of the topic config the setting defaults

@@ -267,7 +267,7 @@ async def handle_fetch(ctx: RequestContext, request: M.FetchRequest) -> M.FetchR
             for partition in waitable:
                 partition.remove_waiter(waiter)
         entries, total = _read_all(targets, request, isolation, throttled)
-    if throttled is not None:
+    if throttled is not None and replication_quota is not None:
         _record_throttled_bytes(replication_quota, targets, entries)
     quotas = broker.quotas
     if quota is not None and quotas is not None:  # a quota comes from the quotas
@@ -296,10 +296,8 @@ def _leader_throttle(quota: ReplicationQuota, follower: _Follower | None) -> Cal
     return throttled
 
 
-def _record_throttled_bytes(quota: ReplicationQuota | None, targets: list[_Target],
-                            entries: list[R.PartitionData]) -> None:
+def _record_throttled_bytes(quota: ReplicationQuota, targets: list[_Target], entries: list[R.PartitionData]) -> None:
     """What a follower's fetch took of throttled partitions, in sync or not, counts against the bound."""
-    assert quota is not None
     size = 0
     for target, entry in zip(targets, entries):
         partition = target.partition

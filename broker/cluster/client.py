@@ -109,13 +109,8 @@ class NodeClient:
             raise _Unknown("the node's address is not known")
         host, port = address
         context = self.security.ssl_context if self.security is not None else None
-        ip = await self.resolver.address(host, port, self.timeout_s)
-        try:
-            self._streams = await asyncio.open_connection(ip, port, ssl=context,
-                                                          server_hostname=host if context is not None else None)
-        except BaseException:  # refused, or no answer in time: the name may point elsewhere now
-            self.resolver.failed(host)
-            raise
+        self._streams = await self.resolver.open_connection(
+            host, port, self.timeout_s, ssl=context, server_hostname=host if context is not None else None)
         self._sasl_versions = self._reauthenticate_at = None
         if self.security is not None and self.security.uses_sasl:
             await self._authenticate(None)

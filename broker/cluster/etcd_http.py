@@ -195,16 +195,9 @@ class HttpEtcd:
     # transport --------------------------------------------------------------------------------
     async def _open(self, index: int) -> _Connection:
         host, port = self._addresses[index]
-        reader, writer = await within(self.connect_timeout, self._connect(host, port))
+        reader, writer = await within(self.connect_timeout,
+                                      self.resolver.open_connection(host, port, self.connect_timeout))
         return _Connection(reader, writer, "%s:%d" % (host, port), index)
-
-    async def _connect(self, host: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        address = await self.resolver.address(host, port, self.connect_timeout)
-        try:
-            return await asyncio.open_connection(address, port)
-        except BaseException:  # refused, or no answer in time: the name may point elsewhere now
-            self.resolver.failed(host)
-            raise
 
     def _failed(self, index: int) -> None:
         if self._current == index:

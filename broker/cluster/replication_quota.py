@@ -23,7 +23,7 @@ With no rate set a side is inactive, and the fetch path pays one attribute read.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from functools import lru_cache
 
 from broker.metadata.dynamic_config import (
@@ -36,6 +36,7 @@ LEADER_REPLICAS = "leader.replication.throttled.replicas"
 FOLLOWER_REPLICAS = "follower.replication.throttled.replicas"
 UNBOUNDED = 2**63 - 1  # QuotaConfig.QUOTA_BYTES_PER_SECOND_DEFAULT (Long.MAX_VALUE)
 ALL_PARTITIONS = None  # "*"
+
 
 @lru_cache(maxsize=1024)
 def throttled_partitions(value: str, broker_id: int) -> frozenset[int] | None:
@@ -85,10 +86,9 @@ class ReplicationQuota:
     def set_bound(self, rate: int | None) -> None:
         self.bound = None if rate is None or rate >= UNBOUNDED else rate
 
-    def is_throttled(self, topic_configs: Mapping[str, str] | tuple[tuple[str, str], ...], partition: int) -> bool:
-        """Whether this side throttles `partition` of a topic with these configs."""
-        value = topic_configs.get(self.replicas_config) if isinstance(topic_configs, Mapping) else next(
-            (v for k, v in topic_configs if k == self.replicas_config), None)
+    def is_throttled(self, topic_extra: tuple[tuple[str, str], ...], partition: int) -> bool:
+        """Whether this side throttles `partition` of a topic whose LogConfig.extra is `topic_extra`."""
+        value = next((v for k, v in topic_extra if k == self.replicas_config), None)
         if not value:
             return False
         partitions = throttled_partitions(value, self.broker_id)

@@ -18,6 +18,7 @@ import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from broker.observability.logger import get_logger
 
@@ -74,6 +75,17 @@ class Resolver:
                 raise
             log.debug("resolving failed: using the address kept", host=host, address=entry.address, error=repr(exc))
             return entry.address
+
+    async def open_connection(self, host: str, port: int, timeout: float,
+                              **kwargs: Any) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """asyncio.open_connection to `host`'s address; one that fails (refused, no answer in
+        time) has the name looked up again next time: it may point elsewhere now."""
+        address = await self.address(host, port, timeout)
+        try:
+            return await asyncio.open_connection(address, port, **kwargs)
+        except BaseException:
+            self.failed(host)
+            raise
 
     def failed(self, host: str) -> None:
         """A connection to `host`'s kept address failed: look it up again at the next connection."""

@@ -41,10 +41,10 @@ def test_a_throttle_list_is_checked_as_kafkas_validator_does() -> None:
 
 def test_a_side_throttles_only_the_replicas_its_list_names_on_this_broker() -> None:
     quota = ReplicationQuota(LEADER_REPLICAS, broker_id=1)
-    assert quota.is_throttled({LEADER_REPLICAS: "0:1,1:2"}, 0)
-    assert not quota.is_throttled({LEADER_REPLICAS: "0:1,1:2"}, 1)
-    assert not quota.is_throttled({FOLLOWER_REPLICAS: "*"}, 0)  # the other side's list
-    assert quota.is_throttled(((LEADER_REPLICAS, "*"),), 5)  # as a LogConfig keeps it
+    assert quota.is_throttled(((LEADER_REPLICAS, "0:1,1:2"),), 0)
+    assert not quota.is_throttled(((LEADER_REPLICAS, "0:1,1:2"),), 1)
+    assert not quota.is_throttled(((FOLLOWER_REPLICAS, "*"),), 0)  # the other side's list
+    assert quota.is_throttled(((LEADER_REPLICAS, "*"),), 5)
 
 
 def test_the_rate_is_kafkas_simple_rate_over_the_time_since_the_oldest_sample() -> None:
